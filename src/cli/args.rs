@@ -1,0 +1,198 @@
+//! The clap definitions of k3rs's command line: flag names, short names, environment variables
+//! and help text, matching k3s.
+//!
+//! Owns only the shape of the command line. Values stay raw strings here so that the same
+//! validation (and the same error messages) applies whether a value came from a flag, an
+//! environment variable or the config file; see [`super::config`]. No files, no network.
+
+use std::ffi::OsString;
+
+use clap::builder::BoolishValueParser;
+use clap::{Args, Parser, Subcommand};
+
+/// k3rs: a k3s-style Kubernetes distribution in one binary.
+#[derive(Debug, Parser)]
+#[command(
+    name = "k3rs",
+    about = "Kubernetes, in one binary (k3s-style)",
+    disable_version_flag = true,
+    subcommand_required = false
+)]
+pub struct Cli {
+    /// Print the version and exit
+    #[arg(short = 'v', long = "version")]
+    pub version: bool,
+
+    /// (logging) Turn on debug logs (also accepted after `server`)
+    #[arg(
+        long,
+        env = "K3RS_DEBUG",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+        value_name = "BOOL"
+    )]
+    pub debug: Option<bool>,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run management server
+    Server(Box<ServerArgs>),
+    /// Run kubectl against this cluster (KUBECONFIG defaults to /etc/k3rs/k3rs.yaml)
+    #[command(disable_help_flag = true)]
+    Kubectl(KubectlArgs),
+}
+
+/// Arguments of `k3rs kubectl`: everything after `kubectl`, passed through verbatim.
+#[derive(Debug, Args)]
+pub struct KubectlArgs {
+    /// Arguments for kubectl
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        num_args = 0..,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<OsString>,
+}
+
+/// Flags of `k3rs server`, named as k3s names them. `None` means "not given on the command line
+/// or in the environment"; the config file and then the defaults fill it in.
+#[derive(Debug, Default, Args)]
+pub struct ServerArgs {
+    /// (config) Load configuration from FILE [default: /etc/k3rs/config.yaml]
+    #[arg(short = 'c', long, env = "K3RS_CONFIG_FILE", value_name = "FILE")]
+    pub config: Option<String>,
+
+    /// (data) Folder to hold state [default: /var/lib/k3rs]
+    #[arg(
+        short = 'd',
+        long,
+        env = "K3RS_DATA_DIR",
+        value_name = "DIR",
+        help_heading = "Data"
+    )]
+    pub data_dir: Option<String>,
+
+    /// (listener) IP address the API server listens on [default: 0.0.0.0]
+    #[arg(long, value_name = "IP", help_heading = "Listener")]
+    pub bind_address: Option<String>,
+
+    /// (listener) HTTPS listen port [default: 6443]
+    #[arg(long, value_name = "PORT", help_heading = "Listener")]
+    pub https_listen_port: Option<String>,
+
+    /// (listener) IP address the API server advertises to members of the cluster [default: node IP]
+    #[arg(long, value_name = "IP", help_heading = "Listener")]
+    pub advertise_address: Option<String>,
+
+    /// (listener) Add an additional hostname or IPv4/IPv6 address as a Subject Alternative Name
+    /// on the server TLS certificate (repeatable, or comma-separated)
+    #[arg(
+        long,
+        value_name = "NAME_OR_IP",
+        value_delimiter = ',',
+        help_heading = "Listener"
+    )]
+    pub tls_san: Vec<String>,
+
+    /// (client) Write the admin kubeconfig to FILE [default: /etc/k3rs/k3rs.yaml]
+    #[arg(
+        short = 'o',
+        long,
+        env = "K3RS_KUBECONFIG_OUTPUT",
+        value_name = "FILE",
+        help_heading = "Client"
+    )]
+    pub write_kubeconfig: Option<String>,
+
+    /// (client) Write the kubeconfig with this octal mode, e.g. 0644 [default: 0600]
+    #[arg(
+        long,
+        env = "K3RS_KUBECONFIG_MODE",
+        value_name = "MODE",
+        help_heading = "Client"
+    )]
+    pub write_kubeconfig_mode: Option<String>,
+
+    /// (cluster) Shared secret used to join servers and agents to the cluster
+    #[arg(
+        short = 't',
+        long,
+        env = "K3RS_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN",
+        help_heading = "Cluster"
+    )]
+    pub token: Option<String>,
+
+    /// (cluster) File containing the token
+    #[arg(
+        long,
+        env = "K3RS_TOKEN_FILE",
+        value_name = "FILE",
+        help_heading = "Cluster"
+    )]
+    pub token_file: Option<String>,
+
+    /// (agent/node) Node name [default: the hostname]
+    #[arg(
+        long,
+        env = "K3RS_NODE_NAME",
+        value_name = "NAME",
+        help_heading = "Agent/node"
+    )]
+    pub node_name: Option<String>,
+
+    /// (networking) IPv4/IPv6 network CIDR to use for pod IPs [default: 10.42.0.0/16]
+    #[arg(long, value_name = "CIDR", help_heading = "Networking")]
+    pub cluster_cidr: Option<String>,
+
+    /// (networking) IPv4/IPv6 network CIDR to use for service IPs [default: 10.43.0.0/16]
+    #[arg(long, value_name = "CIDR", help_heading = "Networking")]
+    pub service_cidr: Option<String>,
+
+    /// (networking) IPv4/IPv6 cluster IP for the DNS service; must be inside the service CIDR
+    /// [default: 10.43.0.10]
+    #[arg(long, value_name = "IP", help_heading = "Networking")]
+    pub cluster_dns: Option<String>,
+
+    /// (networking) Cluster domain [default: cluster.local]
+    #[arg(long, value_name = "DOMAIN", help_heading = "Networking")]
+    pub cluster_domain: Option<String>,
+
+    /// (networking) Port range reserved for NodePort services [default: 30000-32767]
+    #[arg(long, value_name = "RANGE", help_heading = "Networking")]
+    pub service_node_port_range: Option<String>,
+
+    /// (logging) Turn on debug logs
+    #[arg(
+        long,
+        env = "K3RS_DEBUG",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+        value_name = "BOOL",
+        help_heading = "Logging"
+    )]
+    pub debug: Option<bool>,
+
+    /// (experimental) Do not run a local agent and register a local kubelet
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+        value_name = "BOOL",
+        help_heading = "Experimental"
+    )]
+    pub disable_agent: Option<bool>,
+}

@@ -1,0 +1,115 @@
+//! The `k3rs` command line: flags and subcommands (named as k3s names them), the config file,
+//! validation into typed configuration, logging setup, and the thin glue that runs a
+//! subcommand (`server` prepares its disk state through [`crate::pki`]; `kubectl` execs kubectl).
+//!
+//! Owns parsing and validation only. It may read the config file, the token file and the
+//! hostname; it opens no listening sockets and never touches `store` (only the API server may).
+//! Certificate material and kubeconfig files belong to [`crate::pki`].
+
+pub mod args;
+pub mod cidr;
+pub mod config;
+pub mod kubectl;
+pub mod logging;
+pub mod server;
+
+pub use args::{Cli, Command, KubectlArgs, ServerArgs};
+pub use cidr::{Cidr, CidrError};
+pub use config::{ConfigError, ServerConfig, Token};
+
+/// The git commit baked in at build time (`K3RS_GIT_COMMIT`), or `"unknown"`.
+pub const GIT_COMMIT: &str = match option_env!("K3RS_GIT_COMMIT") {
+    Some(commit) => commit,
+    None => "unknown",
+};
+
+/// The `k3rs --version` line, in k3s's style: `k3rs version v0.1.0 (1a2b3c4d)`.
+pub fn version_string() -> String {
+    let commit = GIT_COMMIT.trim();
+    // k3s shows the first 8 characters of the commit.
+    let short = commit.get(..8).unwrap_or(commit);
+    let short = if short.is_empty() { "unknown" } else { short };
+    format!("k3rs version v{} ({short})", env!("CARGO_PKG_VERSION"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use clap::error::ErrorKind;
+
+    #[test]
+    fn version_line() {
+        let v = version_string();
+        assert!(
+            v.starts_with(&format!("k3rs version v{} (", env!("CARGO_PKG_VERSION"))),
+            "{v}"
+        );
+        assert!(v.ends_with(')'), "{v}");
+        let cli = Cli::try_parse_from(["k3rs", "--version"]).expect("parses");
+        assert!(cli.version);
+        let cli = Cli::try_parse_from(["k3rs", "-v"]).expect("parses");
+        assert!(cli.version);
+    }
+
+    #[test]
+    fn unknown_flags_and_subcommands_are_usage_errors() {
+        let e = Cli::try_parse_from(["k3rs", "server", "--no-such-flag"]).expect_err("unknown");
+        assert_eq!(e.kind(), ErrorKind::UnknownArgument);
+        assert_eq!(e.exit_code(), 2);
+        let e = Cli::try_parse_from(["k3rs", "agent"]).expect_err("not yet");
+        assert_eq!(e.exit_code(), 2);
+        let e = Cli::try_parse_from(["k3rs", "server", "--token"]).expect_err("missing value");
+        assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn kubectl_arguments_pass_through_verbatim() {
+        let cases: &[&[&str]] = &[
+            &["get", "pods", "-A", "-o", "wide"],
+            &["--help"],
+            &["-h"],
+            &["--kubeconfig=/x", "get", "--raw", "/version"],
+            &[
+                "-n",
+                "kube-system",
+                "logs",
+                "-f",
+                "--since=1h",
+                "pod/x",
+                "--",
+                "-v",
+            ],
+            &["version", "--client", "--debug", "--version"],
+            &["--debug", "get", "pods"],
+            &["-v=8", "get", "nodes"],
+            &[],
+        ];
+        for args in cases {
+            let mut argv = vec!["k3rs", "kubectl"];
+            argv.extend_from_slice(args);
+            let cli = Cli::try_parse_from(&argv).expect("parses");
+            let Some(Command::Kubectl(k)) = cli.command else {
+                panic!("not kubectl: {argv:?}");
+            };
+            let got: Vec<String> = k
+                .args
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(got, *args, "argv {argv:?}");
+            assert_eq!(cli.debug, None, "--debug after kubectl belongs to kubectl");
+        }
+    }
+
+    #[test]
+    fn debug_before_or_after_server() {
+        let cli = Cli::try_parse_from(["k3rs", "--debug", "server"]).expect("parses");
+        assert_eq!(cli.debug, Some(true));
+        let cli = Cli::try_parse_from(["k3rs", "server", "--debug"]).expect("parses");
+        let Some(Command::Server(args)) = cli.command else {
+            panic!("not server");
+        };
+        assert_eq!(args.debug, Some(true));
+    }
+}

@@ -1,0 +1,238 @@
+//! The `k3rs server` flow: [`prepare`] puts the server's disk state in place (data dir, PKI,
+//! join token, admin kubeconfig) through [`crate::pki`], then [`run`] starts the control plane.
+//!
+//! Owns the order of start-up steps and finding this host's names and addresses for the
+//! serving certificate. It writes no files itself (that is `pki`'s job) and, until `run` is
+//! wired to the API server, opens no listening sockets; the address lookup `connect`s a UDP
+//! socket, which only queries the routing table (no packet is sent).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use super::config::{ServerConfig, system_hostname};
+use crate::pki::{self, ServerPki, ServerPkiOptions, ServerToken, ServingSans};
+
+/// What [`prepare`] produced.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The server's certificate material.
+    pub pki: ServerPki,
+    /// The join token and its files.
+    pub token: ServerToken,
+    /// Where the admin kubeconfig was written.
+    pub kubeconfig: PathBuf,
+    /// The URL in the admin kubeconfig.
+    pub api_url: String,
+}
+
+/// Creates the data directory, certificates, join token and admin kubeconfig, logging what
+/// was written.
+pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
+    let server_dir = config.data_dir.join("server");
+    pki::files::create_private_dir(&server_dir).context("preparing the data directory")?;
+
+    let hostname = system_hostname()
+        .map(|h| h.to_ascii_lowercase())
+        .unwrap_or_default();
+    let mut host_names = vec![config.node_name.as_str()];
+    if !hostname.is_empty() {
+        host_names.push(hostname.as_str());
+    }
+    let node_ips = node_ips(config);
+    let sans = ServingSans::for_apiserver(
+        &host_names,
+        &node_ips,
+        &config.cluster_domain,
+        config.kubernetes_service_ip(),
+        &config.tls_san,
+    );
+    tracing::debug!(%sans, "serving certificate names");
+    let options = ServerPkiOptions {
+        sans,
+        kubelet_node: (!config.disable_agent).then(|| config.node_name.clone()),
+    };
+    let tls_dir = server_dir.join("tls");
+    let pki = ServerPki::ensure(&tls_dir, &options).context("preparing certificates")?;
+    tracing::info!(dir = %tls_dir.display(), "certificates ready");
+
+    let token = pki::ensure_server_token(
+        &server_dir,
+        &pki.server_ca_cert_path(),
+        config.token.as_ref().map(|t| t.expose()),
+    )
+    .context("preparing the join token")?;
+    tracing::info!(
+        token = %token.token_path.display(),
+        node_token = %token.node_token_path.display(),
+        "wrote join token"
+    );
+
+    let api_url = api_url(config.bind_address, config.https_listen_port);
+    pki::write_kubeconfig(
+        &config.write_kubeconfig,
+        config.write_kubeconfig_mode,
+        &api_url,
+        pki.server_ca().cert_pem(),
+        pki.admin(),
+    )
+    .context("writing the admin kubeconfig")?;
+    tracing::info!(
+        path = %config.write_kubeconfig.display(),
+        mode = %format!("{:04o}", config.write_kubeconfig_mode),
+        "wrote kubeconfig"
+    );
+
+    Ok(Prepared {
+        pki,
+        token,
+        kubeconfig: config.write_kubeconfig.clone(),
+        api_url,
+    })
+}
+
+/// Starts the control plane. Not implemented yet.
+pub fn run(config: ServerConfig) -> anyhow::Result<()> {
+    tracing::debug!(?config, "starting server");
+    anyhow::bail!("the API server is not implemented yet")
+}
+
+/// The URL local clients use: `https://127.0.0.1:<port>`, or the bind address when the server
+/// listens on one specific address.
+pub fn api_url(bind_address: IpAddr, port: u16) -> String {
+    let host = if bind_address.is_unspecified() {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        bind_address
+    };
+    format!("https://{}", SocketAddr::new(host, port))
+}
+
+/// This node's addresses for the serving certificate: the advertise address (or, without one,
+/// the source addresses of the default IPv4/IPv6 routes) and a specific bind address.
+pub fn node_ips(config: &ServerConfig) -> Vec<IpAddr> {
+    let mut ips = Vec::new();
+    match config.advertise_address {
+        Some(ip) => ips.push(ip),
+        None => ips.extend(default_route_addresses()),
+    }
+    if !config.bind_address.is_unspecified() && !ips.contains(&config.bind_address) {
+        ips.push(config.bind_address);
+    }
+    ips
+}
+
+/// The local addresses the kernel would use to reach the Internet over IPv4 and IPv6, found
+/// by "connecting" a UDP socket (no packet is sent). Hosts without a default route give none.
+fn default_route_addresses() -> Vec<IpAddr> {
+    let probes: [(IpAddr, IpAddr); 2] = [
+        (
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+        ),
+        (
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
+        ),
+    ];
+    probes
+        .iter()
+        .filter_map(|(local, remote)| {
+            let socket = UdpSocket::bind(SocketAddr::new(*local, 0)).ok()?;
+            socket.connect(SocketAddr::new(*remote, 9)).ok()?;
+            let ip = socket.local_addr().ok()?.ip();
+            (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::args::{Cli, Command};
+    use clap::Parser;
+
+    fn config(argv: &[&str]) -> ServerConfig {
+        let mut full = vec!["k3rs", "server", "--node-name", "node-a"];
+        full.extend_from_slice(argv);
+        let cli = Cli::try_parse_from(full).expect("parses");
+        let Some(Command::Server(mut args)) = cli.command else {
+            panic!("not server");
+        };
+        // Never pick up a config file from the machine running the tests.
+        args.config = Some("/dev/null".to_string());
+        crate::cli::config::load(&args, cli.debug).expect("valid")
+    }
+
+    #[test]
+    fn api_urls() {
+        assert_eq!(
+            api_url("0.0.0.0".parse().expect("ip"), 6443),
+            "https://127.0.0.1:6443"
+        );
+        assert_eq!(
+            api_url("::".parse().expect("ip"), 6443),
+            "https://127.0.0.1:6443"
+        );
+        assert_eq!(
+            api_url("10.0.0.5".parse().expect("ip"), 7443),
+            "https://10.0.0.5:7443"
+        );
+        assert_eq!(
+            api_url("fd00::5".parse().expect("ip"), 6443),
+            "https://[fd00::5]:6443"
+        );
+    }
+
+    #[test]
+    fn node_ips_prefer_advertise_address() {
+        let c = config(&[
+            "--advertise-address",
+            "10.1.2.3",
+            "--bind-address",
+            "10.1.2.4",
+        ]);
+        let ips: Vec<String> = node_ips(&c).iter().map(IpAddr::to_string).collect();
+        assert_eq!(ips, ["10.1.2.3", "10.1.2.4"]);
+        for ip in node_ips(&config(&[])) {
+            assert!(!ip.is_loopback() && !ip.is_unspecified(), "{ip}");
+        }
+    }
+
+    #[test]
+    fn prepare_writes_everything_and_is_repeatable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().join("data");
+        let kc = dir.path().join("etc").join("k3rs.yaml");
+        let data_s = data.to_str().expect("utf-8");
+        let kc_s = kc.to_str().expect("utf-8");
+        let c = config(&[
+            "-d",
+            data_s,
+            "-o",
+            kc_s,
+            "--write-kubeconfig-mode",
+            "0640",
+            "--advertise-address",
+            "10.1.2.3",
+            "--tls-san",
+            "k3rs.example.com",
+        ]);
+        let first = prepare(&c).expect("prepare");
+        assert_eq!(first.api_url, "https://127.0.0.1:6443");
+        assert!(data.join("server/tls/server-ca.crt").is_file());
+        assert!(data.join("server/token").is_file());
+        assert!(data.join("server/node-token").is_file());
+        assert!(kc.is_file());
+        let second = prepare(&c).expect("prepare again");
+        assert_eq!(second.token.token, first.token.token);
+        assert_eq!(
+            second.pki.server_ca().cert_pem(),
+            first.pki.server_ca().cert_pem()
+        );
+        assert_eq!(second.pki.serving(), first.pki.serving());
+        let e = run(c).expect_err("not implemented");
+        assert!(e.to_string().contains("not implemented"), "{e}");
+    }
+}

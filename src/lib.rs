@@ -1,0 +1,8 @@
+//! k3rs: a k3s-style Kubernetes distribution in one binary.
+//!
+//! One module per component of the design's map; see ARCHITECTURE.md for the
+//! boundaries. The rule that keeps this honest: only `apiserver` may use `store`.
+
+pub mod cli;
+pub mod pki;
+pub mod store;

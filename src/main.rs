@@ -1,0 +1,53 @@
+//! The `k3rs` binary: parses the command line, sets up logging and dispatches to a
+//! subcommand. Exit codes: 0 success, 1 runtime error (`Error: <context chain>`), 2 usage or
+//! configuration error.
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
+use k3rs::cli::{self, Cli, Command, config, kubectl, logging, server};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Prints help/version (exit 0) or the usage error (exit 2).
+        Err(e) => e.exit(),
+    };
+    if cli.version {
+        println!("{}", cli::version_string());
+        return ExitCode::SUCCESS;
+    }
+    match cli.command {
+        None => {
+            // `k3rs` alone: show the help on stderr, as a usage error.
+            let _ = Cli::command().write_help(&mut std::io::stderr());
+            ExitCode::from(2)
+        }
+        Some(Command::Server(args)) => {
+            let config = match config::load(&args, cli.debug) {
+                Ok(config) => config,
+                Err(e) => {
+                    logging::print_fatal(&e);
+                    return ExitCode::from(2);
+                }
+            };
+            if let Err(e) = logging::init(config.debug) {
+                logging::print_fatal(&format!("{e:#}"));
+                return ExitCode::from(2);
+            }
+            let result = server::prepare(&config).and_then(|_prepared| server::run(config));
+            exit_with(result)
+        }
+        Some(Command::Kubectl(args)) => exit_with(kubectl::exec(&args.args)),
+    }
+}
+
+fn exit_with(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            logging::print_fatal(&format!("{e:#}"));
+            ExitCode::FAILURE
+        }
+    }
+}

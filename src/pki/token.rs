@@ -1,0 +1,308 @@
+//! The join token: `K10<sha256 hex of server-ca.crt>::server:<secret>`, written to
+//! `<data-dir>/server/token` and (as k3s does) `<data-dir>/server/node-token`.
+//!
+//! The CA hash lets a joining node pin the server CA before trusting anything it serves; the
+//! secret authenticates the node. The secret is `--token` if given, otherwise 32 random hex
+//! characters generated on first start and reused afterwards.
+
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::PkiError;
+use super::files::{self, PRIVATE_MODE};
+
+/// Prefix of the full token format.
+pub const TOKEN_PREFIX: &str = "K10";
+/// The user of server tokens.
+pub const SERVER_USER: &str = "server";
+/// File name of the token under `<data-dir>/server/`.
+pub const TOKEN_FILE: &str = "token";
+/// File name of the token copy for agents under `<data-dir>/server/`.
+pub const NODE_TOKEN_FILE: &str = "node-token";
+
+/// A token split into its parts. `Debug` hides the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ParsedToken {
+    /// The hex SHA-256 of the CA bundle, present in the full `K10…` form only.
+    pub ca_hash: Option<String>,
+    /// The user part (`server` for bare secrets).
+    pub username: String,
+    /// The secret.
+    pub secret: String,
+}
+
+impl fmt::Debug for ParsedToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ParsedToken")
+            .field("ca_hash", &self.ca_hash)
+            .field("username", &self.username)
+            .field("secret", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Parses `K10<ca hash>::<user>:<secret>` or a bare secret (user `server`, no CA hash).
+pub fn parse_token(token: &str) -> Result<ParsedToken, PkiError> {
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(PkiError::InvalidToken("empty".to_string()));
+    }
+    let full = token
+        .strip_prefix(TOKEN_PREFIX)
+        .and_then(|rest| rest.split_once("::"));
+    let parsed = match full {
+        None => ParsedToken {
+            ca_hash: None,
+            username: SERVER_USER.to_string(),
+            secret: token.to_string(),
+        },
+        Some((hash, creds)) => {
+            if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(PkiError::InvalidToken(
+                    "the CA hash after K10 must be 64 hex characters (SHA-256)".to_string(),
+                ));
+            }
+            let (user, secret) = creds.split_once(':').ok_or_else(|| {
+                PkiError::InvalidToken("expected K10<ca hash>::<user>:<secret>".to_string())
+            })?;
+            if user.is_empty() || secret.is_empty() {
+                return Err(PkiError::InvalidToken(
+                    "user and secret must not be empty".to_string(),
+                ));
+            }
+            ParsedToken {
+                ca_hash: Some(hash.to_ascii_lowercase()),
+                username: user.to_string(),
+                secret: secret.to_string(),
+            }
+        }
+    };
+    if parsed.secret.chars().any(char::is_whitespace) {
+        return Err(PkiError::InvalidToken(
+            "the secret must not contain whitespace".to_string(),
+        ));
+    }
+    Ok(parsed)
+}
+
+/// The hex SHA-256 of the CA certificate file's bytes, as it appears in tokens.
+pub fn ca_hash(ca_cert_file: &[u8]) -> String {
+    hex::encode(Sha256::digest(ca_cert_file))
+}
+
+/// The full token for `secret`.
+pub fn format_token(ca_hash: &str, username: &str, secret: &str) -> String {
+    format!("{TOKEN_PREFIX}{ca_hash}::{username}:{secret}")
+}
+
+/// The server's join token and where it was written. `Debug` hides the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ServerToken {
+    /// The full token, `K10…::server:<secret>`.
+    pub token: String,
+    /// `<data-dir>/server/token`.
+    pub token_path: PathBuf,
+    /// `<data-dir>/server/node-token`.
+    pub node_token_path: PathBuf,
+}
+
+impl fmt::Debug for ServerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerToken")
+            .field("token", &"<redacted>")
+            .field("token_path", &self.token_path)
+            .field("node_token_path", &self.node_token_path)
+            .finish()
+    }
+}
+
+/// Creates or refreshes `<server_dir>/token` and `node-token` (mode 0600) for the CA whose
+/// certificate file is `ca_cert_path`.
+///
+/// The secret is `requested` (a bare secret or a full token for this CA), else the one
+/// already stored, else a new random one. A `requested` secret that differs from the stored
+/// one is an error, as in k3s: the cluster was initialised with the stored one.
+pub fn ensure_server_token(
+    server_dir: &Path,
+    ca_cert_path: &Path,
+    requested: Option<&str>,
+) -> Result<ServerToken, PkiError> {
+    let ca_file =
+        std::fs::read(ca_cert_path).map_err(|e| PkiError::io("reading", ca_cert_path, e))?;
+    let hash = ca_hash(&ca_file);
+    let token_path = server_dir.join(TOKEN_FILE);
+    let node_token_path = server_dir.join(NODE_TOKEN_FILE);
+
+    let stored = match files::read_optional(&token_path)? {
+        None => None,
+        Some(text) => Some(parse_token(&text).map_err(|e| PkiError::Invalid {
+            path: token_path.clone(),
+            reason: e.to_string(),
+        })?),
+    };
+    let requested = requested
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(parse_token)
+        .transpose()?;
+    if let Some(req) = &requested {
+        if let Some(given) = &req.ca_hash
+            && *given != hash
+        {
+            return Err(PkiError::CaHashMismatch {
+                given: given.clone(),
+                actual: hash,
+            });
+        }
+        if req.username != SERVER_USER {
+            return Err(PkiError::InvalidToken(format!(
+                "expected a server token, this one is for user {:?}",
+                req.username
+            )));
+        }
+    }
+    let secret = match (requested, stored) {
+        (Some(req), Some(stored)) if req.secret != stored.secret => {
+            return Err(PkiError::TokenMismatch { path: token_path });
+        }
+        (Some(req), _) => req.secret,
+        (None, Some(stored)) => stored.secret,
+        (None, None) => random_secret()?,
+    };
+    let token = format_token(&hash, SERVER_USER, &secret);
+    let line = format!("{token}\n");
+    files::write_atomic(&token_path, line.as_bytes(), PRIVATE_MODE)?;
+    files::write_atomic(&node_token_path, line.as_bytes(), PRIVATE_MODE)?;
+    Ok(ServerToken {
+        token,
+        token_path,
+        node_token_path,
+    })
+}
+
+/// 32 random hex characters (16 bytes from the kernel's CSPRNG), like k3s's generated tokens.
+pub fn random_secret() -> Result<String, PkiError> {
+    let path = Path::new("/dev/urandom");
+    let mut bytes = [0u8; 16];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| PkiError::io("reading", path, e))?;
+    Ok(hex::encode(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    const HASH: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn setup() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = dir.path().join("server-ca.crt");
+        std::fs::write(
+            &ca,
+            "-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n",
+        )
+        .expect("write");
+        (dir, ca)
+    }
+
+    #[test]
+    fn parses_full_and_bare_tokens() {
+        let full = parse_token(&format!("K10{HASH}::server:s3cret")).expect("full");
+        assert_eq!(full.ca_hash.as_deref(), Some(HASH));
+        assert_eq!(full.username, "server");
+        assert_eq!(full.secret, "s3cret");
+        let node = parse_token(&format!("K10{HASH}::node:a:b")).expect("colon in secret");
+        assert_eq!(
+            (node.username.as_str(), node.secret.as_str()),
+            ("node", "a:b")
+        );
+        let bare = parse_token(" abcdef.0123456789abcdef\n").expect("bare");
+        assert_eq!(bare.ca_hash, None);
+        assert_eq!(bare.username, "server");
+        assert_eq!(bare.secret, "abcdef.0123456789abcdef");
+        let bare = parse_token("K10abc").expect("K10 without :: is a bare secret");
+        assert_eq!(bare.secret, "K10abc");
+        assert!(!format!("{full:?}").contains("s3cret"));
+
+        for bad in [
+            "",
+            "   ",
+            "K10abcd::server:x",
+            &format!("K10{HASH}::server"),
+            &format!("K10{HASH}::server:"),
+            &format!("K10{HASH}:::x"),
+            "two words",
+        ] {
+            assert!(parse_token(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn generates_and_reuses_the_secret() {
+        let (dir, ca) = setup();
+        let t = ensure_server_token(dir.path(), &ca, None).expect("generate");
+        let expected_hash = hex::encode(Sha256::digest(std::fs::read(&ca).expect("read")));
+        let parsed = parse_token(&t.token).expect("parses");
+        assert_eq!(parsed.ca_hash.as_deref(), Some(expected_hash.as_str()));
+        assert_eq!(parsed.username, "server");
+        assert_eq!(parsed.secret.len(), 32);
+        assert!(parsed.secret.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(
+            t.token,
+            format!("K10{expected_hash}::server:{}", parsed.secret)
+        );
+
+        let file = std::fs::read_to_string(&t.token_path).expect("read");
+        assert_eq!(file, format!("{}\n", t.token));
+        assert_eq!(
+            std::fs::read_to_string(&t.node_token_path).expect("read"),
+            file
+        );
+        for p in [&t.token_path, &t.node_token_path] {
+            let mode = std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+        }
+
+        let again = ensure_server_token(dir.path(), &ca, None).expect("reuse");
+        assert_eq!(again.token, t.token);
+        let same = ensure_server_token(dir.path(), &ca, Some(&parsed.secret)).expect("same");
+        assert_eq!(same.token, t.token);
+        let full = ensure_server_token(dir.path(), &ca, Some(&t.token)).expect("full form");
+        assert_eq!(full.token, t.token);
+    }
+
+    #[test]
+    fn given_token_is_used_and_then_enforced() {
+        let (dir, ca) = setup();
+        let t = ensure_server_token(dir.path(), &ca, Some("my-secret")).expect("given");
+        assert!(t.token.ends_with("::server:my-secret"), "{:?}", t.token);
+        let e = ensure_server_token(dir.path(), &ca, Some("other")).expect_err("mismatch");
+        assert!(matches!(e, PkiError::TokenMismatch { .. }), "{e}");
+        assert!(e.to_string().contains("does not match"), "{e}");
+        let e = ensure_server_token(
+            dir.path(),
+            &ca,
+            Some(&format!("K10{HASH}::server:my-secret")),
+        )
+        .expect_err("other CA");
+        assert!(matches!(e, PkiError::CaHashMismatch { .. }), "{e}");
+        let hash = ca_hash(&std::fs::read(&ca).expect("read"));
+        let e = ensure_server_token(dir.path(), &ca, Some(&format!("K10{hash}::node:my-secret")))
+            .expect_err("agent token");
+        assert!(matches!(e, PkiError::InvalidToken(_)), "{e}");
+    }
+
+    #[test]
+    fn random_secrets_differ() {
+        let a = random_secret().expect("random");
+        let b = random_secret().expect("random");
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,742 @@
+//! The SQLite side of the store: file validation, schema, the writer connection's
+//! statements (apply commands, persist raft state, physical compaction) and the
+//! background WAL checkpointer.
+//!
+//! Only the raft driver thread holds the writer connection; readers use their own
+//! connections (see `reader`). Every function here runs inside a transaction the
+//! driver opened, so a crash leaves either all of a batch or none of it.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use protobuf::Message as _;
+use raft::eraftpb::{ConfState, Entry, HardState};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, params};
+
+use super::KeyValue;
+use super::SharedState;
+use super::codec::{Applied, Command};
+use super::error::{Result, StoreError, key_str};
+
+/// `PRAGMA application_id` of a k3rs store ("k3rs" in ASCII).
+pub(crate) const APPLICATION_ID: i32 = 0x6b33_7273;
+/// `PRAGMA user_version`: the on-disk format this build writes and understands.
+pub(crate) const FORMAT_VERSION: i32 = 1;
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+const SCHEMA: &str = "
+CREATE TABLE kv (
+    revision        INTEGER PRIMARY KEY,
+    key             BLOB    NOT NULL,
+    create_revision INTEGER NOT NULL,
+    prev_revision   INTEGER NOT NULL,
+    version         INTEGER NOT NULL,
+    deleted         INTEGER NOT NULL,
+    value           BLOB    NOT NULL
+);
+CREATE INDEX kv_key_revision ON kv (key, revision);
+CREATE TABLE raft_log (
+    idx   INTEGER PRIMARY KEY,
+    entry BLOB NOT NULL
+);
+CREATE TABLE state (
+    id               INTEGER PRIMARY KEY CHECK (id = 0),
+    node_id          INTEGER NOT NULL,
+    current_revision INTEGER NOT NULL,
+    compact_revision INTEGER NOT NULL,
+    compact_cursor   INTEGER NOT NULL,
+    applied_index    INTEGER NOT NULL,
+    applied_term     INTEGER NOT NULL,
+    log_start_index  INTEGER NOT NULL,
+    log_start_term   INTEGER NOT NULL,
+    hard_state       BLOB NOT NULL,
+    conf_state       BLOB NOT NULL
+);
+";
+
+/// The persistent state row, mirrored in memory by the driver.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct PersistentState {
+    pub node_id: u64,
+    pub current_revision: i64,
+    pub compact_revision: i64,
+    /// Physical compaction has removed everything it may up to this revision.
+    pub compact_cursor: i64,
+    pub applied_index: u64,
+    pub applied_term: u64,
+    /// Index and term of the last entry dropped from the raft log (snapshot point).
+    pub log_start_index: u64,
+    pub log_start_term: u64,
+    pub hard_state: HardState,
+    pub conf_state: ConfState,
+}
+
+/// The newest row of a key, as the apply path needs it.
+struct LatestRow {
+    revision: i64,
+    create_revision: i64,
+    version: i64,
+    deleted: bool,
+    value: Vec<u8>,
+}
+
+/// The writer connection.
+pub(crate) struct Database {
+    pub conn: Connection,
+    pub path: PathBuf,
+}
+
+impl Database {
+    /// Opens the store's database, creating it if absent. Refuses (without writing a
+    /// byte) files that are not SQLite, belong to another program, come from a newer
+    /// k3rs or are damaged.
+    pub fn open(path: &Path, node_id: u64) -> Result<Database> {
+        check_file_header(path)?;
+        let conn = open_connection(path, false)?;
+        let db = Database {
+            conn,
+            path: path.to_path_buf(),
+        };
+        let app_id: i32 = db.pragma_i32("application_id")?;
+        let format: i32 = db.pragma_i32("user_version")?;
+        let tables: i64 = db
+            .conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .map_err(|e| db.classify(e, "reading the schema"))?;
+        if app_id == 0 && format == 0 && tables == 0 {
+            db.initialize(node_id)?;
+        } else if app_id != APPLICATION_ID {
+            return Err(StoreError::Incompatible {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "it is an SQLite database of another program (application_id {app_id:#x}); \
+                     k3rs will not touch it. Point --data-dir elsewhere or move the file aside"
+                ),
+            });
+        } else if format > FORMAT_VERSION {
+            return Err(StoreError::Incompatible {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "it was written by a newer k3rs (format {format}, this binary understands up to \
+                     {FORMAT_VERSION}); run the newer k3rs or restore a snapshot taken with this version"
+                ),
+            });
+        }
+        db.configure_writer()?;
+        // Fail now, with the path in the message, if the schema or state row is damaged.
+        db.load_state()?;
+        Ok(db)
+    }
+
+    fn pragma_i32(&self, name: &str) -> Result<i32> {
+        self.conn
+            .query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))
+            .map_err(|e| self.classify(e, &format!("reading PRAGMA {name}")))
+    }
+
+    fn initialize(&self, node_id: u64) -> Result<()> {
+        let conf_state = ConfState {
+            voters: vec![node_id],
+            ..Default::default()
+        };
+        let state = PersistentState {
+            node_id,
+            conf_state,
+            ..Default::default()
+        };
+        // auto_vacuum must be chosen before the first table exists.
+        self.conn
+            .execute_batch("PRAGMA auto_vacuum = INCREMENTAL;")
+            .map_err(|e| self.classify(e, "initializing the database"))?;
+        let tx = self
+            .conn
+            .unchecked_transaction()
+            .map_err(|e| self.classify(e, "initializing the database"))?;
+        tx.execute_batch(&format!(
+            "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {FORMAT_VERSION}; {SCHEMA}"
+        ))
+        .map_err(|e| self.classify(e, "creating the schema"))?;
+        tx.execute(
+            "INSERT INTO state (id, node_id, current_revision, compact_revision, compact_cursor,
+                applied_index, applied_term, log_start_index, log_start_term, hard_state, conf_state)
+             VALUES (0, ?1, 0, 0, 0, 0, 0, 0, 0, ?2, ?3)",
+            params![
+                state.node_id as i64,
+                encode_pb(&state.hard_state),
+                encode_pb(&state.conf_state)
+            ],
+        )
+        .map_err(|e| self.classify(e, "writing the initial state"))?;
+        tx.commit()
+            .map_err(|e| self.classify(e, "initializing the database"))?;
+        Ok(())
+    }
+
+    fn configure_writer(&self) -> Result<()> {
+        // WAL with FULL sync: a commit returns only after the WAL is fsynced. A
+        // background connection checkpoints continuously so the writer rarely has to;
+        // the writer's own autocheckpoint (every 4096 pages) only finishes what the
+        // background left, which lets the WAL restart from the beginning even under
+        // continuous writes. The WAL file is truncated back to 16 MiB after resets.
+        self.conn
+            .execute_batch(
+                "PRAGMA journal_mode = WAL;
+                 PRAGMA synchronous = FULL;
+                 PRAGMA wal_autocheckpoint = 4096;
+                 PRAGMA journal_size_limit = 16777216;
+                 PRAGMA cache_size = -16384;
+                 PRAGMA temp_store = MEMORY;",
+            )
+            .map_err(|e| self.classify(e, "configuring the database"))
+    }
+
+    /// Reads the state row.
+    pub fn load_state(&self) -> Result<PersistentState> {
+        load_state(&self.conn).map_err(|e| self.classify(e, "reading the store state"))
+    }
+
+    /// Loads the raft log entries after the snapshot point, in order.
+    pub fn load_entries(&self) -> Result<Vec<Entry>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT entry FROM raft_log ORDER BY idx")
+            .map_err(|e| self.classify(e, "reading the raft log"))?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, Vec<u8>>(0))
+            .map_err(|e| self.classify(e, "reading the raft log"))?;
+        let mut entries = Vec::new();
+        for row in rows {
+            let bytes = row.map_err(|e| self.classify(e, "reading the raft log"))?;
+            let entry = Entry::parse_from_bytes(&bytes).map_err(|e| StoreError::Corrupt {
+                path: self.path.clone(),
+                detail: format!("undecodable raft log entry: {e}"),
+            })?;
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
+    /// Maps an SQLite error to a store error naming this database.
+    pub fn classify(&self, error: rusqlite::Error, context: &str) -> StoreError {
+        classify(&self.path, error, context)
+    }
+}
+
+/// Maps an SQLite error: damage becomes `Corrupt` (with the path), the rest `Io`.
+pub(crate) fn classify(path: &Path, error: rusqlite::Error, context: &str) -> StoreError {
+    use rusqlite::ErrorCode::*;
+    match error.sqlite_error_code() {
+        Some(DatabaseCorrupt) | Some(NotADatabase) => StoreError::Corrupt {
+            path: path.to_path_buf(),
+            detail: format!("{context}: {error}"),
+        },
+        _ => StoreError::io(format!("{context} ({})", path.display()), error),
+    }
+}
+
+/// Refuses files that exist but are not SQLite databases, before SQLite opens them.
+fn check_file_header(path: &Path) -> Result<()> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(StoreError::io(format!("opening {}", path.display()), e)),
+    };
+    let mut header = [0u8; 16];
+    let mut read = 0;
+    while read < header.len() {
+        match file.read(&mut header[read..]) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(e) => return Err(StoreError::io(format!("reading {}", path.display()), e)),
+        }
+    }
+    if read == 0 {
+        // An empty file is what a crash during the very first start leaves behind.
+        return Ok(());
+    }
+    if read < header.len() || &header != SQLITE_MAGIC {
+        return Err(StoreError::Incompatible {
+            path: path.to_path_buf(),
+            detail: "it is not an SQLite database, so not a k3rs store; k3rs will not touch it. \
+                     Move it aside or point --data-dir elsewhere"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+/// Opens a connection with the settings every store connection shares.
+pub(crate) fn open_connection(path: &Path, read_only: bool) -> Result<Connection> {
+    let flags = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    };
+    let conn = Connection::open_with_flags(path, flags)
+        .map_err(|e| classify(path, e, "opening the database"))?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(|e| classify(path, e, "configuring the database"))?;
+    if read_only {
+        conn.execute_batch("PRAGMA query_only = 1; PRAGMA cache_size = -8192;")
+            .map_err(|e| classify(path, e, "configuring a reader"))?;
+    }
+    Ok(conn)
+}
+
+pub(crate) fn load_state(conn: &Connection) -> rusqlite::Result<PersistentState> {
+    conn.query_row(
+        "SELECT node_id, current_revision, compact_revision, compact_cursor, applied_index,
+                applied_term, log_start_index, log_start_term, hard_state, conf_state
+         FROM state WHERE id = 0",
+        [],
+        |r| {
+            let hard_state: Vec<u8> = r.get(8)?;
+            let conf_state: Vec<u8> = r.get(9)?;
+            Ok(PersistentState {
+                node_id: r.get::<_, i64>(0)? as u64,
+                current_revision: r.get(1)?,
+                compact_revision: r.get(2)?,
+                compact_cursor: r.get(3)?,
+                applied_index: r.get::<_, i64>(4)? as u64,
+                applied_term: r.get::<_, i64>(5)? as u64,
+                log_start_index: r.get::<_, i64>(6)? as u64,
+                log_start_term: r.get::<_, i64>(7)? as u64,
+                hard_state: HardState::parse_from_bytes(&hard_state).map_err(|e| pb_error(8, e))?,
+                conf_state: ConfState::parse_from_bytes(&conf_state).map_err(|e| pb_error(9, e))?,
+            })
+        },
+    )
+}
+
+fn pb_error(column: usize, e: protobuf::ProtobufError) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(column, rusqlite::types::Type::Blob, Box::new(e))
+}
+
+pub(crate) fn encode_pb(message: &impl protobuf::Message) -> Vec<u8> {
+    // Encoding an in-memory raft message cannot fail (no required fields in eraftpb).
+    message.write_to_bytes().unwrap_or_default()
+}
+
+/// Writes the state row.
+pub(crate) fn save_state(tx: &Transaction<'_>, state: &PersistentState) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "UPDATE state SET current_revision = ?1, compact_revision = ?2, compact_cursor = ?3,
+            applied_index = ?4, applied_term = ?5, log_start_index = ?6, log_start_term = ?7,
+            hard_state = ?8, conf_state = ?9 WHERE id = 0",
+    )?
+    .execute(params![
+        state.current_revision,
+        state.compact_revision,
+        state.compact_cursor,
+        state.applied_index as i64,
+        state.applied_term as i64,
+        state.log_start_index as i64,
+        state.log_start_term as i64,
+        encode_pb(&state.hard_state),
+        encode_pb(&state.conf_state),
+    ])?;
+    Ok(())
+}
+
+/// Appends raft entries, replacing any conflicting suffix (raft may overwrite
+/// uncommitted entries after a leader change).
+pub(crate) fn append_entries(tx: &Transaction<'_>, entries: &[Entry]) -> rusqlite::Result<()> {
+    let Some(first) = entries.first() else {
+        return Ok(());
+    };
+    tx.prepare_cached("DELETE FROM raft_log WHERE idx >= ?1")?
+        .execute([first.index as i64])?;
+    let mut insert = tx.prepare_cached("INSERT INTO raft_log (idx, entry) VALUES (?1, ?2)")?;
+    for entry in entries {
+        insert.execute(params![entry.index as i64, encode_pb(entry)])?;
+    }
+    Ok(())
+}
+
+/// Drops raft log entries up to and including `index`.
+pub(crate) fn truncate_log(tx: &Transaction<'_>, index: u64) -> rusqlite::Result<()> {
+    tx.prepare_cached("DELETE FROM raft_log WHERE idx <= ?1")?
+        .execute([index as i64])?;
+    Ok(())
+}
+
+fn latest_row(tx: &Transaction<'_>, key: &[u8]) -> rusqlite::Result<Option<LatestRow>> {
+    tx.prepare_cached(
+        "SELECT revision, create_revision, version, deleted, value FROM kv
+         WHERE key = ?1 ORDER BY revision DESC LIMIT 1",
+    )?
+    .query_row([key], |r| {
+        Ok(LatestRow {
+            revision: r.get(0)?,
+            create_revision: r.get(1)?,
+            version: r.get(2)?,
+            deleted: r.get::<_, i64>(3)? != 0,
+            value: r.get(4)?,
+        })
+    })
+    .optional()
+}
+
+fn insert_row(
+    tx: &Transaction<'_>,
+    kv: &KeyValue,
+    prev_revision: i64,
+    deleted: bool,
+) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO kv (revision, key, create_revision, prev_revision, version, deleted, value)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        kv.mod_revision,
+        kv.key,
+        kv.create_revision,
+        prev_revision,
+        kv.version,
+        deleted as i64,
+        if deleted { &[][..] } else { &kv.value[..] },
+    ])?;
+    Ok(())
+}
+
+fn to_kv(key: &[u8], row: LatestRow) -> KeyValue {
+    KeyValue {
+        key: key.to_vec(),
+        value: row.value,
+        create_revision: row.create_revision,
+        mod_revision: row.revision,
+        version: row.version,
+    }
+}
+
+/// What applying one command did: the caller's answer and, for mutations, the event.
+pub(crate) struct ApplyResult {
+    pub outcome: Result<Applied>,
+    pub event: Option<super::Event>,
+}
+
+/// Applies one command at the next revision. Command-level failures (conflicts,
+/// missing keys) are outcomes; only database failures are `Err`.
+pub(crate) fn apply_command(
+    tx: &Transaction<'_>,
+    state: &mut PersistentState,
+    command: Command,
+) -> rusqlite::Result<ApplyResult> {
+    use super::Event;
+    let next = state.current_revision + 1;
+    let refused = |e: StoreError| ApplyResult {
+        outcome: Err(e),
+        event: None,
+    };
+    Ok(match command {
+        Command::Create { key, value } => {
+            let latest = latest_row(tx, &key)?;
+            if let Some(row) = &latest
+                && !row.deleted
+            {
+                return Ok(refused(StoreError::AlreadyExists { key: key_str(&key) }));
+            }
+            let kv = KeyValue {
+                key,
+                value,
+                create_revision: next,
+                mod_revision: next,
+                version: 1,
+            };
+            insert_row(tx, &kv, latest.map_or(0, |r| r.revision), false)?;
+            state.current_revision = next;
+            ApplyResult {
+                outcome: Ok(Applied::Put(kv.clone())),
+                event: Some(Event::Put { kv, prev_kv: None }),
+            }
+        }
+        Command::Update {
+            key,
+            value,
+            expected_mod_revision,
+        } => {
+            let row = match latest_row(tx, &key)? {
+                Some(row) if !row.deleted => row,
+                _ => return Ok(refused(StoreError::NotFound { key: key_str(&key) })),
+            };
+            if row.revision != expected_mod_revision {
+                let current = Box::new(to_kv(&key, row));
+                return Ok(refused(StoreError::Conflict {
+                    key: key_str(&key),
+                    expected: expected_mod_revision,
+                    current,
+                }));
+            }
+            let kv = KeyValue {
+                key: key.clone(),
+                value,
+                create_revision: row.create_revision,
+                mod_revision: next,
+                version: row.version + 1,
+            };
+            insert_row(tx, &kv, row.revision, false)?;
+            state.current_revision = next;
+            let prev_kv = to_kv(&key, row);
+            ApplyResult {
+                outcome: Ok(Applied::Put(kv.clone())),
+                event: Some(Event::Put {
+                    kv,
+                    prev_kv: Some(prev_kv),
+                }),
+            }
+        }
+        Command::Delete {
+            key,
+            expected_mod_revision,
+        } => {
+            let row = match latest_row(tx, &key)? {
+                Some(row) if !row.deleted => row,
+                _ => return Ok(refused(StoreError::NotFound { key: key_str(&key) })),
+            };
+            if let Some(expected) = expected_mod_revision
+                && row.revision != expected
+            {
+                let current = Box::new(to_kv(&key, row));
+                return Ok(refused(StoreError::Conflict {
+                    key: key_str(&key),
+                    expected,
+                    current,
+                }));
+            }
+            let tombstone = KeyValue {
+                key: key.clone(),
+                value: Vec::new(),
+                create_revision: row.create_revision,
+                mod_revision: next,
+                version: 0,
+            };
+            insert_row(tx, &tombstone, row.revision, true)?;
+            state.current_revision = next;
+            let prev = to_kv(&key, row);
+            ApplyResult {
+                outcome: Ok(Applied::Deleted {
+                    prev: prev.clone(),
+                    revision: next,
+                }),
+                event: Some(Event::Delete {
+                    prev_kv: prev,
+                    revision: next,
+                }),
+            }
+        }
+        Command::Compact { revision } => {
+            if revision > state.current_revision {
+                refused(StoreError::FutureRevision {
+                    requested: revision,
+                    current: state.current_revision,
+                })
+            } else {
+                if revision > state.compact_revision {
+                    state.compact_revision = revision;
+                }
+                ApplyResult {
+                    outcome: Ok(Applied::Compacted),
+                    event: None,
+                }
+            }
+        }
+    })
+}
+
+/// Physically removes history the compact revision made unreachable, at most
+/// `batch_rows` revisions per call. Walking revisions in order, each row's previous
+/// version is superseded, and a deletion's tombstone is no longer needed.
+/// Returns the number of revisions examined (0 when there is nothing to do).
+pub(crate) fn compact_batch(
+    tx: &Transaction<'_>,
+    state: &mut PersistentState,
+    batch_rows: usize,
+) -> rusqlite::Result<usize> {
+    if state.compact_cursor >= state.compact_revision {
+        return Ok(0);
+    }
+    let rows: Vec<(i64, i64, bool)> = tx
+        .prepare_cached(
+            "SELECT revision, prev_revision, deleted FROM kv
+             WHERE revision > ?1 AND revision <= ?2 ORDER BY revision LIMIT ?3",
+        )?
+        .query_map(
+            params![
+                state.compact_cursor,
+                state.compact_revision,
+                batch_rows as i64
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? != 0)),
+        )?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut delete = tx.prepare_cached("DELETE FROM kv WHERE revision = ?1")?;
+    for (revision, prev_revision, deleted) in &rows {
+        if *prev_revision > 0 {
+            delete.execute([prev_revision])?;
+        }
+        if *deleted {
+            delete.execute([revision])?;
+        }
+    }
+    state.compact_cursor = match rows.last() {
+        Some((revision, _, _)) if rows.len() == batch_rows => *revision,
+        // Fewer rows than asked: everything up to the compact revision is done.
+        _ => state.compact_revision,
+    };
+    Ok(rows.len().max(1))
+}
+
+/// Background WAL checkpoints on a connection of their own, so the writer never
+/// waits for them. PASSIVE never blocks writers or readers.
+pub(crate) fn checkpoint_loop(path: &Path, interval: Duration, shared: &SharedState) {
+    let conn = match open_connection(path, false) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "WAL checkpointer could not open the database; the WAL will grow");
+            return;
+        }
+    };
+    let _ = conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA journal_size_limit = 16777216;");
+    let mut last = Instant::now();
+    let mut last_vacuum = Instant::now();
+    let mut last_commits = shared.commits.load(Ordering::SeqCst);
+    let wal_path = {
+        let mut name = path.as_os_str().to_owned();
+        name.push("-wal");
+        PathBuf::from(name)
+    };
+    while !shared.stopping.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50));
+        if last.elapsed() < interval {
+            continue;
+        }
+        last = Instant::now();
+        let commits = shared.commits.load(Ordering::SeqCst);
+        let idle = commits == last_commits;
+        last_commits = commits;
+        // While writes flow, PASSIVE never blocks them. Once writes pause, TRUNCATE
+        // shrinks the WAL file to nothing (it waits for no one: nobody is writing).
+        let wal_len = std::fs::metadata(&wal_path).map(|m| m.len()).unwrap_or(0);
+        let mode = if idle && wal_len > 0 {
+            "TRUNCATE"
+        } else {
+            "PASSIVE"
+        };
+        if let Err(e) = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(())) {
+            tracing::warn!(error = %e, "WAL checkpoint failed");
+        }
+        if last_vacuum.elapsed() >= Duration::from_secs(5) {
+            last_vacuum = Instant::now();
+            release_free_pages(&conn);
+        }
+    }
+    let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+}
+
+/// Gives free pages back to the file system once they are a large share of the file,
+/// a few hundred at a time so no writer waits long.
+fn release_free_pages(conn: &Connection) {
+    let free: i64 = conn
+        .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+        .unwrap_or(0);
+    let total: i64 = conn
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .unwrap_or(0);
+    // Keep up to 4 MiB (1024 pages) of slack for reuse; release beyond that.
+    if free > 1024 && free * 4 > total {
+        let started = Instant::now();
+        let mut remaining = free - 1024;
+        while remaining > 0 && started.elapsed() < Duration::from_millis(200) {
+            let step = remaining.min(256);
+            // Each step of this statement frees one page: run it to completion.
+            let freed = conn
+                .prepare(&format!("PRAGMA incremental_vacuum({step})"))
+                .and_then(|mut stmt| {
+                    let mut rows = stmt.query([])?;
+                    while rows.next()?.is_some() {}
+                    Ok(())
+                });
+            if let Err(e) = freed {
+                tracing::debug!(error = %e, "incremental vacuum deferred");
+                break;
+            }
+            remaining -= step;
+        }
+    }
+}
+
+/// Name under which a snapshot received from the leader is attached.
+const INCOMING: &str = "incoming";
+
+impl Database {
+    fn incoming_path(&self) -> PathBuf {
+        self.path.with_file_name("incoming-snapshot.db")
+    }
+
+    /// Writes a snapshot received from the leader next to the database, checks it and
+    /// attaches it (ATTACH cannot run inside the transaction that installs it).
+    pub fn attach_incoming_snapshot(&self, snapshot: &raft::eraftpb::Snapshot) -> Result<()> {
+        let path = self.incoming_path();
+        std::fs::write(&path, &snapshot.data).map_err(|e| {
+            StoreError::io(
+                format!("writing the received snapshot {}", path.display()),
+                e,
+            )
+        })?;
+        super::snapshot::inspect_snapshot(&path)?;
+        let name = path.to_str().ok_or_else(|| {
+            StoreError::InvalidArgument(format!("{} is not UTF-8", path.display()))
+        })?;
+        self.conn
+            .execute(&format!("ATTACH DATABASE ?1 AS {INCOMING}"), [name])
+            .map_err(|e| self.classify(e, "attaching the received snapshot"))?;
+        Ok(())
+    }
+
+    /// Detaches and removes a received snapshot (no-op if none is attached).
+    pub fn detach_incoming_snapshot(&self) {
+        let _ = self
+            .conn
+            .execute_batch(&format!("DETACH DATABASE {INCOMING}"));
+        let _ = std::fs::remove_file(self.incoming_path());
+    }
+
+    /// The whole state as one SQLite file's bytes, for raft to ship to a lagging member.
+    pub fn snapshot_bytes(&self) -> Result<Vec<u8>> {
+        let path = self.path.with_file_name("outgoing-snapshot.db");
+        let _ = std::fs::remove_file(&path);
+        super::snapshot::save(&self.conn, &path)?;
+        let bytes = std::fs::read(&path)
+            .map_err(|e| StoreError::io(format!("reading the snapshot {}", path.display()), e));
+        let _ = std::fs::remove_file(&path);
+        bytes
+    }
+}
+
+/// Replaces the key-value state with the attached snapshot's, inside the caller's
+/// transaction. Raft metadata comes from the snapshot; this member keeps its id.
+pub(crate) fn install_incoming_snapshot(
+    tx: &Transaction<'_>,
+    state: &mut PersistentState,
+) -> rusqlite::Result<()> {
+    tx.execute_batch(&format!(
+        "DELETE FROM main.kv; INSERT INTO main.kv SELECT * FROM {INCOMING}.kv; DELETE FROM main.raft_log;"
+    ))?;
+    let incoming = tx.query_row(
+        &format!(
+            "SELECT current_revision, compact_revision, applied_index, applied_term FROM {INCOMING}.state WHERE id = 0"
+        ),
+        [],
+        |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?)),
+    )?;
+    state.current_revision = incoming.0;
+    state.compact_revision = incoming.1;
+    state.compact_cursor = incoming.1;
+    state.applied_index = incoming.2 as u64;
+    state.applied_term = incoming.3 as u64;
+    Ok(())
+}

@@ -1,0 +1,565 @@
+//! The store: a revisioned key-value store on SQLite, replicated with raft (raft-rs).
+//!
+//! Owns: the database files under its directory (`state.db` and its WAL), the raft
+//! group that orders every write, the apply loop, watch fan-out, compaction, WAL
+//! checkpoints and the snapshot primitive.
+//!
+//! May not touch: anything Kubernetes. Keys and values are bytes; revisions are
+//! integers. Only `apiserver` may use this module (the design's one rule).
+//!
+//! Semantics follow etcd/kine: one global revision counter; each write gets the next
+//! revision; each key carries `create_revision`, `mod_revision` and `version`.
+//! Writes are raft proposals; a write is acknowledged only after the SQLite
+//! transaction that persisted its raft entry *and* applied it has been fsynced.
+//! Concurrent proposals share one raft `Ready`, one transaction and one fsync.
+
+mod codec;
+mod db;
+mod error;
+mod log_store;
+mod node;
+mod reader;
+mod snapshot;
+pub mod transport;
+mod watch;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, oneshot};
+
+pub use error::{Result, StoreError};
+pub use snapshot::{SnapshotInfo, inspect_snapshot, restore_snapshot};
+pub use transport::{NoPeers, Transport};
+pub use watch::WatchStream;
+
+use codec::{Applied, Command};
+
+/// The file name of the database inside the store directory (as k3s: `server/db/state.db`).
+pub const DB_FILE_NAME: &str = "state.db";
+
+/// One version of one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyValue {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    /// Revision of the write that created this incarnation of the key.
+    pub create_revision: i64,
+    /// Revision of the write that produced this version.
+    pub mod_revision: i64,
+    /// Number of writes since creation (1 after create).
+    pub version: i64,
+}
+
+/// A change observed by a watcher.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The key was created or updated; `prev_kv` is the version before, if any.
+    Put {
+        kv: KeyValue,
+        prev_kv: Option<KeyValue>,
+    },
+    /// The key was deleted at `revision`; `prev_kv` is the version that was deleted.
+    Delete { prev_kv: KeyValue, revision: i64 },
+}
+
+impl Event {
+    /// The revision at which this change happened.
+    pub fn revision(&self) -> i64 {
+        match self {
+            Event::Put { kv, .. } => kv.mod_revision,
+            Event::Delete { revision, .. } => *revision,
+        }
+    }
+
+    /// The key that changed.
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Event::Put { kv, .. } => &kv.key,
+            Event::Delete { prev_kv, .. } => &prev_kv.key,
+        }
+    }
+}
+
+/// What `range` returns: the items, the revision they were read at, and whether more
+/// items follow the last one (for `limit`/`continue` paging).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RangeResult {
+    pub kvs: Vec<KeyValue>,
+    pub revision: i64,
+    pub more: bool,
+}
+
+/// A range query over all keys starting with `prefix`.
+#[derive(Clone, Debug, Default)]
+pub struct RangeRequest {
+    pub prefix: Vec<u8>,
+    /// Read as of this revision (`None`: the current one).
+    pub at_revision: Option<i64>,
+    /// At most this many items (`0`: no limit).
+    pub limit: usize,
+    /// Only keys strictly after this one (the `continue` token of a previous page).
+    pub start_after_key: Option<Vec<u8>>,
+}
+
+/// How much history automatic compaction keeps.
+#[derive(Clone, Debug)]
+pub struct CompactionPolicy {
+    /// Never compact the newest this-many revisions.
+    pub min_revisions: i64,
+    /// Never compact revisions younger than this.
+    pub min_age: Duration,
+    /// How often automatic compaction considers moving the compact revision.
+    pub interval: Duration,
+    /// Rows removed per physical-compaction transaction (keeps each pass short).
+    pub batch_rows: usize,
+}
+
+impl Default for CompactionPolicy {
+    fn default() -> Self {
+        CompactionPolicy {
+            min_revisions: 1000,
+            min_age: Duration::from_secs(300),
+            interval: Duration::from_secs(10),
+            batch_rows: 500,
+        }
+    }
+}
+
+/// Everything needed to open a store.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// Directory holding `state.db` (created if missing).
+    pub dir: PathBuf,
+    /// This member's raft id (a fresh store is a one-member group with this id).
+    pub node_id: u64,
+    pub compaction: CompactionPolicy,
+    /// Events a watcher may have queued before it is cut off with `ResyncRequired`.
+    pub watch_buffer_events: usize,
+    /// Most proposals taken into one raft Ready / transaction / fsync.
+    pub max_batch: usize,
+    /// Raft log entries kept behind the applied index for lagging members.
+    pub raft_log_keep: u64,
+    /// How often the background WAL checkpoint runs.
+    pub checkpoint_interval: Duration,
+}
+
+impl StoreConfig {
+    /// Defaults for a store in `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        StoreConfig {
+            dir: dir.into(),
+            node_id: 1,
+            compaction: CompactionPolicy::default(),
+            watch_buffer_events: 10_000,
+            max_batch: 4096,
+            raft_log_keep: 1000,
+            checkpoint_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Figures shared between the apply loop and readers.
+#[derive(Debug, Default)]
+pub(crate) struct SharedState {
+    pub current_revision: AtomicI64,
+    pub compact_revision: AtomicI64,
+    pub is_leader: AtomicBool,
+    pub stopping: AtomicBool,
+    /// Write transactions committed (each is one fsync of the WAL).
+    pub commits: AtomicU64,
+    /// Commands applied (successful or refused).
+    pub applied_commands: AtomicU64,
+}
+
+/// Counters that show what the store did (group commit, compaction).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Write transactions committed; each costs one fsync.
+    pub commits: u64,
+    /// Commands applied through raft.
+    pub applied_commands: u64,
+    pub current_revision: i64,
+    pub compact_revision: i64,
+}
+
+/// Inputs to the raft driver thread.
+pub(crate) enum Input {
+    Propose {
+        command: Command,
+        reply: Option<oneshot::Sender<Result<Applied>>>,
+    },
+    Step(Box<raft::eraftpb::Message>),
+    Shutdown,
+}
+
+/// Most proposals that may be waiting for the driver at once; callers beyond that
+/// wait (backpressure instead of unbounded queues).
+const MAX_IN_FLIGHT: usize = 16_384;
+
+struct Inner {
+    inputs: mpsc::Sender<Input>,
+    admission: Semaphore,
+    readers: Arc<reader::ReaderPool>,
+    hub: Arc<watch::WatchHub>,
+    shared: Arc<SharedState>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    db_path: PathBuf,
+    _lock: std::fs::File,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        let _ = self.inputs.send(Input::Shutdown);
+        if let Ok(mut threads) = self.threads.lock() {
+            for handle in threads.drain(..) {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+/// A handle to the store; cheap to clone. The store shuts down when the last handle
+/// is dropped (or `close` is called on any of them... the last drop joins threads).
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("db", &self.inner.db_path)
+            .field("revision", &self.current_revision())
+            .finish()
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store in `config.dir` with no raft peers.
+    pub fn open(config: StoreConfig) -> Result<Store> {
+        Self::open_with_transport(config, Box::new(NoPeers))
+    }
+
+    /// Opens the store, sending raft messages for other members through `transport`.
+    /// Returns once this member has replayed its log and, for a one-member group,
+    /// become leader.
+    pub fn open_with_transport(
+        config: StoreConfig,
+        transport: Box<dyn Transport>,
+    ) -> Result<Store> {
+        std::fs::create_dir_all(&config.dir).map_err(|e| {
+            StoreError::io(
+                format!("creating store directory {}", config.dir.display()),
+                e,
+            )
+        })?;
+        let lock = lock_directory(&config.dir)?;
+        let db_path = config.dir.join(DB_FILE_NAME);
+        let database = db::Database::open(&db_path, config.node_id)?;
+        let shared = Arc::new(SharedState::default());
+        let hub = Arc::new(watch::WatchHub::new(config.watch_buffer_events));
+        let readers = Arc::new(reader::ReaderPool::new(db_path.clone()));
+        let (inputs, input_rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let driver = node::Driver::start(
+            config.clone(),
+            database,
+            input_rx,
+            transport,
+            hub.clone(),
+            shared.clone(),
+        );
+        let driver_thread = std::thread::Builder::new()
+            .name("store-raft".into())
+            .spawn(move || driver.run(ready_tx))
+            .map_err(|e| StoreError::io("starting the store thread", e))?;
+        let checkpointer = {
+            let shared = shared.clone();
+            let path = db_path.clone();
+            let interval = config.checkpoint_interval;
+            std::thread::Builder::new()
+                .name("store-checkpoint".into())
+                .spawn(move || db::checkpoint_loop(&path, interval, &shared))
+                .map_err(|e| StoreError::io("starting the checkpoint thread", e))?
+        };
+        let inner = Arc::new(Inner {
+            inputs,
+            admission: Semaphore::new(MAX_IN_FLIGHT),
+            readers,
+            hub,
+            shared,
+            threads: Mutex::new(vec![driver_thread, checkpointer]),
+            db_path,
+            _lock: lock,
+        });
+        // The driver reports once it has loaded the log and (single member) won its election.
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Store { inner }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(StoreError::Unavailable(
+                "the store thread stopped while starting".into(),
+            )),
+        }
+    }
+
+    /// Path of the database file.
+    pub fn db_path(&self) -> &Path {
+        &self.inner.db_path
+    }
+
+    /// The newest revision (0 for an empty store).
+    pub fn current_revision(&self) -> i64 {
+        self.inner.shared.current_revision.load(Ordering::SeqCst)
+    }
+
+    /// Revisions at or below this one are no longer readable.
+    pub fn compact_revision(&self) -> i64 {
+        self.inner.shared.compact_revision.load(Ordering::SeqCst)
+    }
+
+    /// Counters for benchmarks and diagnostics.
+    pub fn stats(&self) -> StoreStats {
+        let shared = &self.inner.shared;
+        StoreStats {
+            commits: shared.commits.load(Ordering::Relaxed),
+            applied_commands: shared.applied_commands.load(Ordering::Relaxed),
+            current_revision: shared.current_revision.load(Ordering::SeqCst),
+            compact_revision: shared.compact_revision.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Number of open watch streams (for metrics).
+    pub fn watcher_count(&self) -> usize {
+        self.inner.hub.subscriber_count()
+    }
+
+    /// Total bytes of the database files (`state.db`, its WAL and shared-memory file).
+    pub fn disk_usage(&self) -> u64 {
+        ["", "-wal", "-shm"]
+            .iter()
+            .filter_map(|suffix| {
+                let mut name = self.inner.db_path.as_os_str().to_owned();
+                name.push(suffix);
+                std::fs::metadata(PathBuf::from(name)).ok()
+            })
+            .map(|m| m.len())
+            .sum()
+    }
+
+    /// Whether this member currently leads its raft group (and so accepts writes).
+    pub fn is_leader(&self) -> bool {
+        self.inner.shared.is_leader.load(Ordering::SeqCst)
+    }
+
+    /// The current version of `key`, or `None`.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<KeyValue>> {
+        let key = key.to_vec();
+        self.read(move |conn| reader::get(conn, &key)).await
+    }
+
+    /// Items whose keys start with `request.prefix`, in key order.
+    pub async fn range(&self, request: RangeRequest) -> Result<RangeResult> {
+        let current = self.current_revision();
+        if let Some(at) = request.at_revision
+            && at > current
+        {
+            return Err(StoreError::FutureRevision {
+                requested: at,
+                current,
+            });
+        }
+        self.read(move |conn| reader::range(conn, &request)).await
+    }
+
+    /// Number of live keys starting with `prefix`.
+    pub async fn count(&self, prefix: &[u8]) -> Result<u64> {
+        let prefix = prefix.to_vec();
+        self.read(move |conn| reader::count(conn, &prefix)).await
+    }
+
+    /// Creates `key`; fails with `AlreadyExists` if it is live.
+    pub async fn create(&self, key: &[u8], value: Vec<u8>) -> Result<KeyValue> {
+        check_key(key)?;
+        match self
+            .propose(Command::Create {
+                key: key.to_vec(),
+                value,
+            })
+            .await?
+        {
+            Applied::Put(kv) => Ok(kv),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Replaces `key`'s value if its `mod_revision` is still `expected_mod_revision`.
+    pub async fn update(
+        &self,
+        key: &[u8],
+        value: Vec<u8>,
+        expected_mod_revision: i64,
+    ) -> Result<KeyValue> {
+        check_key(key)?;
+        match self
+            .propose(Command::Update {
+                key: key.to_vec(),
+                value,
+                expected_mod_revision,
+            })
+            .await?
+        {
+            Applied::Put(kv) => Ok(kv),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Deletes `key` (if `expected_mod_revision` is given, only if it still matches).
+    /// Returns the deleted version and the revision of the deletion.
+    pub async fn delete(
+        &self,
+        key: &[u8],
+        expected_mod_revision: Option<i64>,
+    ) -> Result<(KeyValue, i64)> {
+        check_key(key)?;
+        match self
+            .propose(Command::Delete {
+                key: key.to_vec(),
+                expected_mod_revision,
+            })
+            .await?
+        {
+            Applied::Deleted { prev, revision } => Ok((prev, revision)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Forgets history at and below `revision` (reads and watches from there fail with
+    /// `Compacted`). Physical removal happens in the background in small batches.
+    pub async fn compact(&self, revision: i64) -> Result<()> {
+        match self.propose(Command::Compact { revision }).await? {
+            Applied::Compacted => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// A stream of every change to keys starting with `prefix` strictly after
+    /// `from_revision`, in revision order.
+    pub async fn watch(&self, prefix: &[u8], from_revision: i64) -> Result<WatchStream> {
+        let compact = self.compact_revision();
+        if from_revision < compact {
+            return Err(StoreError::Compacted {
+                requested: from_revision,
+                compact_revision: compact,
+            });
+        }
+        watch::WatchStream::start(
+            self.inner.hub.clone(),
+            self.inner.readers.clone(),
+            prefix.to_vec(),
+            from_revision,
+        )
+        .await
+    }
+
+    /// Writes a consistent point-in-time copy of the store to `dest` (an SQLite file
+    /// carrying its raft metadata). `dest` must not exist.
+    pub async fn save_snapshot(&self, dest: &Path) -> Result<SnapshotInfo> {
+        let dest = dest.to_path_buf();
+        let readers = self.inner.readers.clone();
+        tokio::task::spawn_blocking(move || {
+            readers.with_autocommit(|conn| snapshot::save(conn, &dest))
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("snapshot task failed: {e}")))?
+    }
+
+    /// Hands a raft message from another member to this one.
+    pub fn receive_raft_message(&self, message: raft::eraftpb::Message) -> Result<()> {
+        self.inner
+            .inputs
+            .send(Input::Step(Box::new(message)))
+            .map_err(|_| StoreError::Unavailable("the store is shut down".into()))
+    }
+
+    /// Stops accepting writes and waits for background threads (also done when the
+    /// last handle is dropped).
+    pub fn close(self) {
+        drop(self)
+    }
+
+    async fn propose(&self, command: Command) -> Result<Applied> {
+        if self.inner.shared.stopping.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("the store is shutting down".into()));
+        }
+        let _permit = self
+            .inner
+            .admission
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Unavailable("the store is shutting down".into()))?;
+        let (reply, response) = oneshot::channel();
+        self.inner
+            .inputs
+            .send(Input::Propose {
+                command,
+                reply: Some(reply),
+            })
+            .map_err(|_| StoreError::Unavailable("the store is shut down".into()))?;
+        response
+            .await
+            .map_err(|_| StoreError::Unavailable("the store stopped before answering".into()))?
+    }
+
+    async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection) -> Result<T> + Send + 'static,
+    {
+        let readers = self.inner.readers.clone();
+        tokio::task::spawn_blocking(move || readers.with(f))
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("read task failed: {e}")))?
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.is_empty() {
+        return Err(StoreError::InvalidArgument("empty key".into()));
+    }
+    Ok(())
+}
+
+fn unexpected(applied: Applied) -> StoreError {
+    StoreError::Unavailable(format!(
+        "internal error: unexpected apply result {applied:?}"
+    ))
+}
+
+/// Takes an exclusive lock on the store directory so two processes never share it.
+fn lock_directory(dir: &Path) -> Result<std::fs::File> {
+    let path = dir.join("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| StoreError::io(format!("opening {}", path.display()), e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Unavailable(format!(
+            "{} is in use by another k3rs process; stop it first",
+            dir.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(StoreError::io(format!("locking {}", path.display()), e))
+        }
+    }
+}
