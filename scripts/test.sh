@@ -1,0 +1,25 @@
+#!/bin/sh
+# Runs the whole k3rs test suite. Installs what the tests need when run as root on a
+# Debian/Ubuntu machine (CI does this), then runs `cargo test`.
+# Usage: sudo sh scripts/test.sh [extra cargo test args]
+set -eu
+
+cd "$(dirname "$0")/.."
+
+need_pkgs=""
+command -v mount >/dev/null 2>&1 || need_pkgs="$need_pkgs mount"
+command -v python3 >/dev/null 2>&1 || need_pkgs="$need_pkgs python3"
+if [ -n "$need_pkgs" ]; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y $need_pkgs
+    else
+        echo "missing packages:$need_pkgs (install them, or run this script as root on Debian/Ubuntu)" >&2
+        exit 1
+    fi
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "note: some tests mount a tmpfs and need root; run: sudo sh scripts/test.sh" >&2
+fi
+
+exec cargo test --locked "$@"
