@@ -18,6 +18,13 @@ if [ -n "$need_pkgs" ]; then
     fi
 fi
 
+if ! python3 -c "import kubernetes" 2>/dev/null; then
+    python3 -m pip install -q kubernetes || {
+        echo "the Python kubernetes client is missing: pip install kubernetes" >&2
+        exit 1
+    }
+fi
+
 if [ "$(id -u)" -ne 0 ]; then
     echo "note: some tests mount a tmpfs and need root; run: sudo sh scripts/test.sh" >&2
 fi

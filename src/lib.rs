@@ -3,6 +3,7 @@
 //! One module per component of the design's map; see ARCHITECTURE.md for the
 //! boundaries. The rule that keeps this honest: only `apiserver` may use `store`.
 
+pub mod apiserver;
 pub mod cli;
 pub mod pki;
 pub mod store;

@@ -35,7 +35,8 @@ fn main() -> ExitCode {
                 logging::print_fatal(&format!("{e:#}"));
                 return ExitCode::from(2);
             }
-            let result = server::prepare(&config).and_then(|_prepared| server::run(config));
+            let result =
+                server::prepare(&config).and_then(|prepared| server::run(config, prepared));
             exit_with(result)
         }
         Some(Command::Kubectl(args)) => exit_with(kubectl::exec(&args.args)),

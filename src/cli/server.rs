@@ -92,10 +92,70 @@ pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
     })
 }
 
-/// Starts the control plane. Not implemented yet.
-pub fn run(config: ServerConfig) -> anyhow::Result<()> {
+/// Starts the control plane and runs until SIGTERM or SIGINT.
+pub fn run(config: ServerConfig, prepared: Prepared) -> anyhow::Result<()> {
     tracing::debug!(?config, "starting server");
-    anyhow::bail!("the API server is not implemented yet")
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("k3rs")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(config, prepared))
+}
+
+async fn serve(config: ServerConfig, prepared: Prepared) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let secret = pki::parse_token(&prepared.token.token)
+        .map(|t| t.secret)
+        .context("reading the server token")?;
+    let listen = SocketAddr::new(config.bind_address, config.https_listen_port);
+    let advertise_ip = config
+        .advertise_address
+        .or_else(|| node_ips(&config).into_iter().next())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let apiserver_config = crate::apiserver::ApiServerConfig {
+        listen,
+        serving_cert_pem: prepared.pki.serving().cert_pem.clone(),
+        serving_key_pem: prepared.pki.serving().key_pem.clone(),
+        client_ca_pem: prepared.pki.client_ca().cert_pem().to_string(),
+        token_secret: Some(secret),
+        store_dir: config.data_dir.join("server").join("db"),
+        service_cidr: config.service_cidr,
+        cluster_dns: config.cluster_dns,
+        node_port_range: config.service_node_port_range.clone(),
+        advertise: SocketAddr::new(advertise_ip, config.https_listen_port),
+    };
+    let server = crate::apiserver::start(apiserver_config)
+        .await
+        .context("starting the API server")?;
+    tracing::info!(
+        address = %server.local_addr,
+        kubeconfig = %prepared.kubeconfig.display(),
+        took_ms = started.elapsed().as_millis() as u64,
+        "k3rs is up and running"
+    );
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    server.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 /// The URL local clients use: `https://127.0.0.1:<port>`, or the bind address when the server
@@ -232,7 +292,5 @@ mod tests {
             first.pki.server_ca().cert_pem()
         );
         assert_eq!(second.pki.serving(), first.pki.serving());
-        let e = run(c).expect_err("not implemented");
-        assert!(e.to_string().contains("not implemented"), "{e}");
     }
 }

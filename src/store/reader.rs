@@ -156,13 +156,14 @@ pub(crate) fn range(conn: &Connection, request: &RangeRequest) -> Result<RangeRe
     };
     let mut stmt = conn
         .prepare_cached(
-            "SELECT kv.revision, kv.key, kv.create_revision, kv.version, kv.value
-             FROM (SELECT MAX(revision) AS latest FROM kv
-                   WHERE key >= ?1 AND (?2 IS NULL OR key < ?2) AND revision <= ?3
-                   GROUP BY key) AS newest
-             JOIN kv ON kv.revision = newest.latest
-             WHERE kv.deleted = 0
-             ORDER BY kv.key
+            // Newest version of each key at the read revision: walk the (key, revision)
+            // index in key order and keep rows with no newer version at or below the
+            // read revision. Streams in key order, so LIMIT stops early; no sort.
+            "SELECT k.revision, k.key, k.create_revision, k.version, k.value FROM kv AS k
+             WHERE k.key >= ?1 AND (?2 IS NULL OR k.key < ?2) AND k.revision <= ?3 AND k.deleted = 0
+               AND NOT EXISTS (SELECT 1 FROM kv AS n
+                               WHERE n.key = k.key AND n.revision > k.revision AND n.revision <= ?3)
+             ORDER BY k.key
              LIMIT ?4",
         )
         .map_err(sql)?;
@@ -195,11 +196,16 @@ pub(crate) fn range(conn: &Connection, request: &RangeRequest) -> Result<RangeRe
 pub(crate) fn count(conn: &Connection, prefix: &[u8]) -> Result<u64> {
     let (current, _) = revisions(conn)?;
     conn.prepare_cached(
-        "SELECT count(*) FROM (SELECT MAX(revision) AS latest FROM kv
-               WHERE key >= ?1 AND (?2 IS NULL OR key < ?2) AND revision <= ?3 GROUP BY key) AS newest
-         JOIN kv ON kv.revision = newest.latest WHERE kv.deleted = 0",
+        "SELECT count(*) FROM kv AS k
+         WHERE k.key >= ?1 AND (?2 IS NULL OR k.key < ?2) AND k.revision <= ?3 AND k.deleted = 0
+           AND NOT EXISTS (SELECT 1 FROM kv AS n
+                           WHERE n.key = k.key AND n.revision > k.revision AND n.revision <= ?3)",
     )
-    .and_then(|mut s| s.query_row(params![prefix, prefix_end(prefix), current], |r| r.get::<_, i64>(0)))
+    .and_then(|mut s| {
+        s.query_row(params![prefix, prefix_end(prefix), current], |r| {
+            r.get::<_, i64>(0)
+        })
+    })
     .map(|n| n as u64)
     .map_err(sql)
 }

@@ -1,0 +1,307 @@
+//! Admission and side effects of writes that belong to the API server itself:
+//! ClusterIP and NodePort allocation for Services, and registering the resources of
+//! CustomResourceDefinitions when they are written or deleted.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::registry::ResourceInfo;
+use super::status::{ApiError, StatusCause};
+
+fn service_ips_in_use(state: &AppState) -> (HashSet<IpAddr>, HashSet<i64>) {
+    let (services, _) = state.cache.list("/registry/services/", None);
+    let mut ips = HashSet::new();
+    let mut ports = HashSet::new();
+    for svc in services {
+        let Ok(v) = serde_json::from_slice::<Value>(&svc.bytes) else {
+            continue;
+        };
+        if let Some(list) = v.pointer("/spec/clusterIPs").and_then(Value::as_array) {
+            ips.extend(
+                list.iter()
+                    .filter_map(Value::as_str)
+                    .filter_map(|s| s.parse::<IpAddr>().ok()),
+            );
+        }
+        if let Some(ip) = v
+            .pointer("/spec/clusterIP")
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok())
+        {
+            ips.insert(ip);
+        }
+        for p in v
+            .pointer("/spec/ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(n) = p.get("nodePort").and_then(Value::as_i64) {
+                ports.insert(n);
+            }
+        }
+    }
+    (ips, ports)
+}
+
+fn field_error(field: &str, value: &str, message: &str) -> StatusCause {
+    StatusCause {
+        reason: Some("FieldValueInvalid".into()),
+        message: Some(format!("Invalid value: {value:?}: {message}")),
+        field: Some(field.into()),
+    }
+}
+
+/// Allocates the ClusterIP and NodePorts of a new Service.
+async fn allocate_service(
+    state: &AppState,
+    info: &ResourceInfo,
+    service: &mut Value,
+) -> Result<(), ApiError> {
+    let _guard = state.allocation.lock().await;
+    let (used_ips, used_ports) = service_ips_in_use(state);
+    let name = service
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let ty = service
+        .pointer("/spec/type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP")
+        .to_string();
+    if ty != "ExternalName" {
+        let requested = service
+            .pointer("/spec/clusterIP")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let ip = if requested == "None" {
+            None
+        } else if !requested.is_empty() {
+            let ip: IpAddr = requested.parse().map_err(|_| {
+                ApiError::invalid(
+                    &info.group,
+                    &info.kind,
+                    &name,
+                    vec![field_error(
+                        "spec.clusterIPs[0]",
+                        &requested,
+                        "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                    )],
+                )
+            })?;
+            if !state.config.service_cidr.contains(ip) {
+                return Err(ApiError::invalid(
+                    &info.group,
+                    &info.kind,
+                    &name,
+                    vec![field_error(
+                        "spec.clusterIPs",
+                        &requested,
+                        &format!(
+                            "failed to allocate IP {requested}: the provided IP ({requested}) is not in the valid range. The range of valid IPs is {}",
+                            state.config.service_cidr
+                        ),
+                    )],
+                ));
+            }
+            if used_ips.contains(&ip) {
+                return Err(ApiError::invalid(
+                    &info.group,
+                    &info.kind,
+                    &name,
+                    vec![field_error(
+                        "spec.clusterIPs",
+                        &requested,
+                        &format!(
+                            "failed to allocate IP {requested}: provided IP is already allocated"
+                        ),
+                    )],
+                ));
+            }
+            Some(ip)
+        } else {
+            // First free address; .10 is kept for cluster DNS unless asked for.
+            let mut found = None;
+            for n in 1u128..(1u128 << 16) {
+                let Some(candidate) = state.config.service_cidr.nth(n) else {
+                    break;
+                };
+                if candidate == state.config.cluster_dns || used_ips.contains(&candidate) {
+                    continue;
+                }
+                found = Some(candidate);
+                break;
+            }
+            Some(found.ok_or_else(|| {
+                ApiError::internal("failed to allocate a service IP: range is full")
+            })?)
+        };
+        if let Some(spec) = service.get_mut("spec").and_then(Value::as_object_mut) {
+            match ip {
+                Some(ip) => {
+                    spec.insert("clusterIP".into(), json!(ip.to_string()));
+                    spec.insert("clusterIPs".into(), json!([ip.to_string()]));
+                }
+                None => {
+                    spec.insert("clusterIP".into(), json!("None"));
+                    spec.insert("clusterIPs".into(), json!(["None"]));
+                }
+            }
+            spec.entry("ipFamilies").or_insert(json!(["IPv4"]));
+            spec.entry("ipFamilyPolicy").or_insert(json!("SingleStack"));
+        }
+    }
+    if ty == "NodePort" || ty == "LoadBalancer" {
+        let range = state.config.node_port_range.clone();
+        let mut taken: HashSet<i64> = used_ports;
+        if let Some(ports) = service
+            .pointer_mut("/spec/ports")
+            .and_then(Value::as_array_mut)
+        {
+            for (i, port) in ports.iter_mut().enumerate() {
+                match port.get("nodePort").and_then(Value::as_i64) {
+                    Some(n) => {
+                        if n < *range.start() as i64 || n > *range.end() as i64 {
+                            return Err(ApiError::invalid(
+                                &info.group,
+                                &info.kind,
+                                &name,
+                                vec![field_error(
+                                    &format!("spec.ports[{i}].nodePort"),
+                                    &n.to_string(),
+                                    &format!(
+                                        "provided port is not in the valid range. The range of valid ports is {}-{}",
+                                        range.start(),
+                                        range.end()
+                                    ),
+                                )],
+                            ));
+                        }
+                        if !taken.insert(n) {
+                            return Err(ApiError::invalid(
+                                &info.group,
+                                &info.kind,
+                                &name,
+                                vec![field_error(
+                                    &format!("spec.ports[{i}].nodePort"),
+                                    &n.to_string(),
+                                    "provided port is already allocated",
+                                )],
+                            ));
+                        }
+                    }
+                    None => {
+                        let size = (*range.end() as i64 - *range.start() as i64 + 1).max(1);
+                        let seed = u16::from_le_bytes(super::objects::random_bytes::<2>()) as i64;
+                        let pick = (0..size)
+                            .map(|k| *range.start() as i64 + (seed + k) % size)
+                            .find(|p| !taken.contains(p))
+                            .ok_or_else(|| {
+                                ApiError::internal("failed to allocate a node port: range is full")
+                            })?;
+                        taken.insert(pick);
+                        port["nodePort"] = json!(pick);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs before a new object is stored.
+pub async fn on_create(
+    state: &AppState,
+    info: &ResourceInfo,
+    object: &mut Value,
+    _dry_run: bool,
+) -> Result<(), ApiError> {
+    if info.group.is_empty() && info.plural == "services" {
+        allocate_service(state, info, object).await?;
+    }
+    if info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions" {
+        super::crd::accept(object, &super::objects::now_rfc3339());
+    }
+    Ok(())
+}
+
+/// Runs before an update is stored: immutable fields stay as they were.
+pub async fn on_update(
+    _state: &AppState,
+    info: &ResourceInfo,
+    old: &Value,
+    new: &mut Value,
+) -> Result<(), ApiError> {
+    if info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions" {
+        let since = old
+            .pointer("/status/conditions/0/lastTransitionTime")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(super::objects::now_rfc3339);
+        super::crd::accept(new, &since);
+    }
+    if info.group.is_empty() && info.plural == "services" {
+        for field in ["clusterIP", "clusterIPs", "ipFamilies"] {
+            if let Some(v) = old.pointer(&format!("/spec/{field}")) {
+                let current = new.pointer(&format!("/spec/{field}"));
+                if current.is_none() || current == Some(&json!("")) {
+                    new["spec"][field] = v.clone();
+                } else if current != Some(v) && field != "ipFamilies" {
+                    let name = new
+                        .pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    return Err(ApiError::invalid(
+                        &info.group,
+                        &info.kind,
+                        name,
+                        vec![StatusCause {
+                            reason: Some("FieldValueInvalid".into()),
+                            message: Some(format!(
+                                "Invalid value: {}: field is immutable",
+                                current.map(|c| c.to_string()).unwrap_or_default()
+                            )),
+                            field: Some(format!("spec.{field}")),
+                        }],
+                    ));
+                }
+            }
+        }
+        // Keep allocated node ports when a client re-sends ports without them.
+        if let (Some(old_ports), Some(new_ports)) = (
+            old.pointer("/spec/ports")
+                .and_then(Value::as_array)
+                .cloned(),
+            new.pointer_mut("/spec/ports").and_then(Value::as_array_mut),
+        ) {
+            for p in new_ports.iter_mut() {
+                if p.get("nodePort").is_none()
+                    && let Some(old_p) = old_ports.iter().find(|o| o.get("port") == p.get("port"))
+                    && let Some(n) = old_p.get("nodePort")
+                {
+                    p["nodePort"] = n.clone();
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs after an object was stored (CRDs change what the server serves).
+pub async fn after_write(state: &AppState, info: &ResourceInfo, object: &Value) {
+    if info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions" {
+        super::crd::register(state, object);
+    }
+}
+
+/// Runs after an object was removed.
+pub async fn after_delete(state: &AppState, info: &ResourceInfo, object: &Value) {
+    if info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions" {
+        super::crd::unregister(state, object);
+    }
+}

@@ -1,0 +1,1526 @@
+//! The REST verbs for every resource: get, list, watch, create, update, patch,
+//! delete and deletecollection, including status isolation, generation, dry runs,
+//! preconditions, finalizers and namespace lifecycle. Objects are JSON throughout;
+//! built-in kinds are type-checked, defaulted and validated via `objects`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+use super::AppState;
+use super::objects::{self, FieldValidation};
+use super::patch::{self, PatchType};
+use super::registry::ResourceInfo;
+use super::request::{Query, Target, Want};
+use super::selectors::{FieldSelector, LabelSelector};
+use super::status::{ApiError, StatusCause, StatusDetails, success_status};
+use super::table;
+use super::watchcache::{CacheEvent, CachedObject, EventType, SubscribeError};
+use crate::store::{KeyValue, RangeRequest, StoreError};
+
+pub type ApiResult = Result<Response, ApiError>;
+
+/// A JSON response with the given status.
+pub fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response {
+    let mut response = (status, Body::from(body.into())).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn value_response(status: StatusCode, value: &Value) -> Response {
+    json_response(status, serde_json::to_vec(value).unwrap_or_default())
+}
+
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{}\"", w.replace('"', "\\\""))) {
+            response.headers_mut().append(header::WARNING, v);
+        }
+    }
+    response
+}
+
+fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+fn parse(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::internal(format!("stored object is not JSON: {e}")))
+}
+
+fn name_of(target: &Target) -> &str {
+    target.name.as_deref().unwrap_or("")
+}
+
+fn key_of(target: &Target) -> String {
+    target
+        .info
+        .key(target.namespace.as_deref(), name_of(target))
+}
+
+fn store_err<'a>(info: &'a ResourceInfo, name: &'a str) -> impl Fn(StoreError) -> ApiError + 'a {
+    move |e| ApiError::from_store(e, &info.group, &info.plural, name)
+}
+
+/// Kinds whose `metadata.generation` tracks spec changes.
+fn tracks_generation(info: &ResourceInfo) -> bool {
+    info.custom
+        || matches!(
+            info.group.as_str(),
+            "apps"
+                | "batch"
+                | "apiextensions.k8s.io"
+                | "networking.k8s.io"
+                | "policy"
+                | "autoscaling"
+                | "scheduling.k8s.io"
+        )
+        || matches!(info.kind.as_str(), "ReplicationController")
+}
+
+// ---------------------------------------------------------------- selectors
+
+struct Filter {
+    labels: Option<LabelSelector>,
+    fields: Option<FieldSelector>,
+    resource: String,
+}
+
+impl Filter {
+    fn from_query(info: &ResourceInfo, query: &Query) -> Result<Filter, ApiError> {
+        let labels = match query.get("labelSelector") {
+            Some(s) if !s.trim().is_empty() => {
+                Some(LabelSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?)
+            }
+            _ => None,
+        };
+        let fields = match query.get("fieldSelector") {
+            Some(s) if !s.trim().is_empty() => {
+                let selector =
+                    FieldSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?;
+                super::selectors::check_supported(&info.plural, &selector)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                Some(selector)
+            }
+            _ => None,
+        };
+        Ok(Filter {
+            labels,
+            fields,
+            resource: info.plural.clone(),
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.labels.is_none() && self.fields.is_none()
+    }
+
+    fn matches_value(&self, object: &Value) -> bool {
+        if let Some(labels) = &self.labels
+            && !labels.matches_json(
+                object
+                    .pointer("/metadata/labels")
+                    .and_then(Value::as_object),
+            )
+        {
+            return false;
+        }
+        if let Some(fields) = &self.fields
+            && !fields.matches(|f| super::selectors::field_value(&self.resource, object, f))
+        {
+            return false;
+        }
+        true
+    }
+
+    fn matches_bytes(&self, bytes: &[u8]) -> bool {
+        if self.is_empty() {
+            return true;
+        }
+        serde_json::from_slice::<Value>(bytes).is_ok_and(|v| self.matches_value(&v))
+    }
+}
+
+// ---------------------------------------------------------------- GET
+
+pub async fn get(state: &AppState, target: &Target, query: &Query, want: Want) -> ApiResult {
+    let info = &target.info;
+    let name = name_of(target);
+    let key = key_of(target);
+    let rv = query.get("resourceVersion").unwrap_or("");
+    let object = if rv.is_empty() {
+        // Consistent read: wait until the cache has everything the store has.
+        let current = state.store.current_revision();
+        state.cache.wait_for(current, Duration::from_secs(3)).await;
+        state.cache.get(&key).map(|o| o.bytes)
+    } else {
+        state.cache.get(&key).map(|o| o.bytes)
+    };
+    let Some(bytes) = object else {
+        return Err(ApiError::not_found(&info.group, &info.plural, name));
+    };
+    if let Some(sub) = target.subresource.as_deref() {
+        return match sub {
+            "status" => Ok(json_response(StatusCode::OK, bytes)),
+            "scale" => {
+                let scale = super::subresources::get_scale(state, target, &parse(&bytes)?).await;
+                Ok(value_response(StatusCode::OK, &scale))
+            }
+            other => Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource ({other})"
+            ))),
+        };
+    }
+    match want {
+        Want::Json => Ok(json_response(StatusCode::OK, bytes)),
+        Want::Table => {
+            let value = parse(&bytes)?;
+            let rv = value
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            Ok(value_response(
+                StatusCode::OK,
+                &render_table(state, info, vec![value], &rv, None, None, query),
+            ))
+        }
+        Want::PartialMetadata => {
+            let value = parse(&bytes)?;
+            Ok(value_response(
+                StatusCode::OK,
+                &table::partial_object_metadata(&value),
+            ))
+        }
+    }
+}
+
+fn render_table(
+    state: &AppState,
+    info: &ResourceInfo,
+    objects: Vec<Value>,
+    rv: &str,
+    continue_token: Option<&str>,
+    remaining: Option<i64>,
+    query: &Query,
+) -> Value {
+    let now = now_unix();
+    let printer_columns = info.custom.then(|| {
+        let custom = state.custom.read().unwrap_or_else(|p| p.into_inner());
+        custom
+            .get(&(
+                info.group.clone(),
+                info.version.clone(),
+                info.plural.clone(),
+            ))
+            .map(|v| v.printer_columns.clone())
+            .unwrap_or_default()
+    });
+    let columns = match &printer_columns {
+        Some(pc) => table::custom_columns(pc),
+        None => table::columns_for(&info.group, &info.plural),
+    };
+    let include = query.get("includeObject").unwrap_or("Metadata");
+    let rows = objects
+        .into_iter()
+        .map(|object| {
+            let cells = match &printer_columns {
+                Some(pc) => table::custom_cells(pc, &object, now),
+                None => table::cells_for(&info.group, &info.plural, &object, now),
+            };
+            let row_object = match include {
+                "None" => Value::Null,
+                "Object" => object,
+                _ => table::partial_object_metadata(&object),
+            };
+            (cells, row_object)
+        })
+        .collect();
+    table::render_table(&columns, rows, rv, continue_token, remaining)
+}
+
+// ---------------------------------------------------------------- LIST
+
+/// The `continue` token: which revision the list is pinned to and the last key sent.
+fn encode_continue(revision: i64, last_key: &str) -> String {
+    let token = json!({"v": "meta.k8s.io/v1", "rv": revision, "start": format!("{last_key}\u{0}")});
+    base64::Engine::encode(
+        &base64::engine::general_purpose::URL_SAFE,
+        token.to_string(),
+    )
+}
+
+fn decode_continue(token: &str) -> Result<(i64, String), ApiError> {
+    let bad = || {
+        ApiError::bad_request(
+            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+        )
+    };
+    let raw = base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE, token)
+        .or_else(|_| base64::Engine::decode(&base64::engine::general_purpose::STANDARD, token))
+        .map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    let rv = v.get("rv").and_then(Value::as_i64).ok_or_else(bad)?;
+    let start = v.get("start").and_then(Value::as_str).ok_or_else(bad)?;
+    Ok((rv, start.trim_end_matches('\u{0}').to_string()))
+}
+
+pub async fn list(state: &AppState, target: &Target, query: &Query, want: Want) -> ApiResult {
+    let info = &target.info;
+    let filter = Filter::from_query(info, query)?;
+    let prefix = info.namespace_prefix(target.namespace.as_deref());
+    let limit = query.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
+    let rv = query.get("resourceVersion").unwrap_or("");
+    let rv_match = query.get("resourceVersionMatch").unwrap_or("");
+    if !rv_match.is_empty() && rv.is_empty() {
+        return Err(ApiError::bad_request(
+            "resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ));
+    }
+    let mut items: Vec<(String, Bytes)> = Vec::new();
+    let mut more = false;
+    let revision;
+    if let Some(token) = query.get("continue").filter(|t| !t.is_empty()) {
+        // Later pages: read the store at the first page's revision.
+        let (pinned, start_after) = decode_continue(token)?;
+        revision = pinned;
+        let mut after = Some(start_after.into_bytes());
+        loop {
+            let page = state
+                .store
+                .range(RangeRequest {
+                    prefix: prefix.clone().into_bytes(),
+                    at_revision: Some(pinned),
+                    limit: limit.unwrap_or(0).max(1) * 2,
+                    start_after_key: after.clone(),
+                })
+                .await
+                .map_err(|e| match e {
+                    StoreError::Compacted { .. } => ApiError::gone("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."),
+                    other => ApiError::from_store(other, &info.group, &info.plural, ""),
+                })?;
+            for kv in &page.kvs {
+                let bytes = super::watchcache::with_resource_version(&kv.value, kv.mod_revision);
+                if filter.matches_bytes(&bytes) {
+                    items.push((String::from_utf8_lossy(&kv.key).into_owned(), bytes));
+                }
+            }
+            after = page.kvs.last().map(|kv| kv.key.clone());
+            if let Some(l) = limit
+                && items.len() > l
+            {
+                items.truncate(l);
+                more = true;
+                break;
+            }
+            if !page.more {
+                break;
+            }
+        }
+    } else if rv_match == "Exact" {
+        let at: i64 = rv
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?;
+        let page = state
+            .store
+            .range(RangeRequest {
+                prefix: prefix.clone().into_bytes(),
+                at_revision: Some(at),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| ApiError::from_store(e, &info.group, &info.plural, ""))?;
+        revision = page.revision;
+        for kv in page.kvs {
+            let bytes = super::watchcache::with_resource_version(&kv.value, kv.mod_revision);
+            if filter.matches_bytes(&bytes) {
+                items.push((String::from_utf8_lossy(&kv.key).into_owned(), bytes));
+            }
+        }
+        apply_limit(&mut items, limit, &mut more);
+    } else {
+        let wanted = if rv.is_empty() {
+            state.store.current_revision()
+        } else {
+            rv.parse::<i64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?
+        };
+        if !state.cache.wait_for(wanted, Duration::from_secs(3)).await {
+            return Err(ApiError::timeout(format!(
+                "Too large resource version: {wanted}, current: {}",
+                state.cache.revision()
+            )));
+        }
+        let (objects, cache_revision) = state.cache.list(&prefix, None);
+        revision = cache_revision;
+        for CachedObject { key, bytes, .. } in objects {
+            if filter.matches_bytes(&bytes) {
+                items.push((key.to_string(), bytes));
+            }
+        }
+        apply_limit(&mut items, limit, &mut more);
+    }
+    let continue_token = if more {
+        items.last().map(|(k, _)| encode_continue(revision, k))
+    } else {
+        None
+    };
+    let rv_string = revision.to_string();
+    match want {
+        Want::Table => {
+            let objects = items
+                .iter()
+                .map(|(_, b)| parse(b))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(value_response(
+                StatusCode::OK,
+                &render_table(
+                    state,
+                    info,
+                    objects,
+                    &rv_string,
+                    continue_token.as_deref(),
+                    None,
+                    query,
+                ),
+            ))
+        }
+        Want::PartialMetadata => {
+            let objects = items
+                .iter()
+                .map(|(_, b)| parse(b).map(|v| table::partial_object_metadata(&v)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut metadata = json!({"resourceVersion": rv_string});
+            if let Some(c) = &continue_token {
+                metadata["continue"] = json!(c);
+            }
+            Ok(value_response(
+                StatusCode::OK,
+                &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "items": objects}),
+            ))
+        }
+        Want::Json => {
+            // Concatenate the cached bytes: no re-encoding of every object.
+            let mut metadata = json!({"resourceVersion": rv_string});
+            if let Some(c) = &continue_token {
+                metadata["continue"] = json!(c);
+            }
+            let head = format!(
+                "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
+                info.kind,
+                info.api_version(),
+                metadata
+            );
+            let mut body = Vec::with_capacity(
+                head.len() + items.iter().map(|(_, b)| b.len() + 1).sum::<usize>() + 2,
+            );
+            body.extend_from_slice(head.as_bytes());
+            for (i, (_, bytes)) in items.iter().enumerate() {
+                if i > 0 {
+                    body.push(b',');
+                }
+                body.extend_from_slice(bytes);
+            }
+            body.extend_from_slice(b"]}");
+            Ok(json_response(StatusCode::OK, body))
+        }
+    }
+}
+
+fn apply_limit(items: &mut Vec<(String, Bytes)>, limit: Option<usize>, more: &mut bool) {
+    if let Some(l) = limit
+        && items.len() > l
+    {
+        items.truncate(l);
+        *more = true;
+    }
+}
+
+// ---------------------------------------------------------------- WATCH
+
+fn watch_line(kind: &str, object: &[u8]) -> Bytes {
+    let mut line = Vec::with_capacity(object.len() + 32);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(object);
+    line.extend_from_slice(b"}\n");
+    Bytes::from(line)
+}
+
+fn bookmark(info: &ResourceInfo, revision: i64, initial_end: bool) -> Bytes {
+    let mut metadata = json!({"resourceVersion": revision.to_string()});
+    if initial_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    let object = json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": metadata});
+    watch_line("BOOKMARK", object.to_string().as_bytes())
+}
+
+/// Decides how one cache event looks to a filtered watcher (ADDED when an object
+/// enters the selection, DELETED when it leaves).
+fn translate(
+    event: &CacheEvent,
+    prefix: &str,
+    name: Option<&str>,
+    filter: &Filter,
+) -> Option<Bytes> {
+    if !event.key.starts_with(prefix) {
+        return None;
+    }
+    if let Some(name) = name
+        && event.key.rsplit('/').next() != Some(name)
+    {
+        return None;
+    }
+    let now = filter.matches_bytes(&event.bytes);
+    let before = event.prev.as_ref().is_some_and(|p| filter.matches_bytes(p));
+    let kind = match (event.kind, now, before) {
+        (EventType::Deleted, _, true) | (EventType::Deleted, true, _) => "DELETED",
+        (EventType::Deleted, false, false) => return None,
+        (EventType::Added, true, _) => "ADDED",
+        (EventType::Modified, true, true) => "MODIFIED",
+        (EventType::Modified, true, false) => "ADDED",
+        (EventType::Modified, false, true) => "DELETED",
+        _ => return None,
+    };
+    Some(watch_line(kind, &event.bytes))
+}
+
+pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query) -> ApiResult {
+    let info = target.info.clone();
+    let filter = Filter::from_query(&info, query)?;
+    let prefix = info.namespace_prefix(target.namespace.as_deref());
+    let name = target.name.clone().or_else(|| {
+        filter
+            .fields
+            .as_ref()
+            .and_then(|f| f.requires_exact_match("metadata.name").map(str::to_string))
+    });
+    let rv = query.get("resourceVersion").unwrap_or("").to_string();
+    let bookmarks = query.flag("allowWatchBookmarks");
+    let send_initial = query.get("sendInitialEvents").map(|v| v == "true");
+    if send_initial.is_some() {
+        if query.get("resourceVersionMatch") != Some("NotOlderThan") {
+            return Err(ApiError::invalid("meta.k8s.io", "ListOptions", "", vec![StatusCause {
+                reason: Some("FieldValueForbidden".into()),
+                message: Some("Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan".into()),
+                field: Some("sendInitialEvents".into()),
+            }]));
+        }
+        if !bookmarks {
+            return Err(ApiError::invalid(
+                "meta.k8s.io",
+                "ListOptions",
+                "",
+                vec![StatusCause {
+                    reason: Some("FieldValueForbidden".into()),
+                    message: Some(
+                        "Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true"
+                            .into(),
+                    ),
+                    field: Some("allowWatchBookmarks".into()),
+                }],
+            ));
+        }
+    }
+    let timeout = match query.int("timeoutSeconds")? {
+        Some(t) if t > 0 => Duration::from_secs(t as u64),
+        // kube-apiserver picks a random timeout between 30 and 60 minutes.
+        _ => Duration::from_secs(1800 + (objects::random_bytes::<2>()[0] as u64 * 7) % 1800),
+    };
+    let initial_state = send_initial.unwrap_or(rv.is_empty() || rv == "0");
+    let (initial, receiver, start_revision) = if initial_state {
+        if rv.is_empty() {
+            let current = state.store.current_revision();
+            state.cache.wait_for(current, Duration::from_secs(3)).await;
+        }
+        let (objects, receiver, revision) = state.cache.snapshot_and_subscribe(&prefix);
+        let lines: Vec<Bytes> = objects
+            .into_iter()
+            .filter(|o| {
+                name.as_deref()
+                    .is_none_or(|n| o.key.rsplit('/').next() == Some(n))
+            })
+            .filter(|o| filter.matches_bytes(&o.bytes))
+            .map(|o| watch_line("ADDED", &o.bytes))
+            .collect();
+        (lines, receiver, revision)
+    } else {
+        let from: i64 = rv
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?;
+        match state.cache.subscribe(from) {
+            Ok((backlog, receiver, revision)) => {
+                let lines = backlog
+                    .iter()
+                    .filter_map(|e| translate(e, &prefix, name.as_deref(), &filter))
+                    .collect();
+                (lines, receiver, revision)
+            }
+            Err(SubscribeError::TooOld { requested, oldest }) => {
+                // kube-apiserver answers a too-old watch with 200 and one ERROR event.
+                let status =
+                    ApiError::gone(format!("too old resource version: {requested} ({oldest})"));
+                let line = watch_line("ERROR", &status.body());
+                return Ok(stream_response(vec![line], None));
+            }
+        }
+    };
+    let mut first = initial;
+    if send_initial == Some(true) {
+        first.push(bookmark(&info, start_revision, true));
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
+    let state_for_task = state.clone();
+    let prefix_for_task = prefix.clone();
+    tokio::spawn(async move {
+        let _ = state_for_task;
+        let mut receiver = receiver;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut last_revision = start_revision;
+        let mut ticker = tokio::time::interval(Duration::from_secs(60));
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => break,
+                _ = ticker.tick(), if bookmarks => {
+                    if tx.send(bookmark(&info, last_revision, false)).await.is_err() { break; }
+                }
+                event = receiver.recv() => match event {
+                    Ok(event) => {
+                        last_revision = event.revision;
+                        if let Some(line) = translate(&event, &prefix_for_task, name.as_deref(), &filter)
+                            && tx.send(line).await.is_err()
+                        {
+                            break;
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        let status = ApiError::gone("watch fell behind; the client must re-list".to_string());
+                        let _ = tx.send(watch_line("ERROR", &status.body())).await;
+                        break;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                },
+                _ = tx.closed() => break,
+            }
+        }
+    });
+    Ok(stream_response(first, Some(rx)))
+}
+
+fn stream_response(
+    first: Vec<Bytes>,
+    rest: Option<tokio::sync::mpsc::Receiver<Bytes>>,
+) -> Response {
+    use futures_util::StreamExt;
+    let head = futures_util::stream::iter(first.into_iter().map(Ok::<Bytes, std::io::Error>));
+    let body = match rest {
+        Some(rx) => {
+            Body::from_stream(head.chain(tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok)))
+        }
+        None => Body::from_stream(head),
+    };
+    let mut response = (StatusCode::OK, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response.headers_mut().insert(
+        header::TRANSFER_ENCODING,
+        HeaderValue::from_static("chunked"),
+    );
+    response
+}
+
+// ---------------------------------------------------------------- writes
+
+/// Checks `apiVersion`/`kind` of a body against the resource addressed.
+fn check_type_meta(info: &ResourceInfo, object: &mut Value) -> Result<(), ApiError> {
+    let Some(map) = object.as_object_mut() else {
+        return Err(ApiError::bad_request(
+            "the body of the request must be a JSON object",
+        ));
+    };
+    let kind = map.get("kind").and_then(Value::as_str).unwrap_or("");
+    let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    if kind.is_empty() {
+        let body = serde_json::to_string(map).unwrap_or_default();
+        return Err(ApiError::bad_request(format!(
+            "Object 'Kind' is missing in '{body}'"
+        )));
+    }
+    if !api_version.is_empty() && api_version != info.api_version() {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({})",
+            info.api_version()
+        )));
+    }
+    if kind != info.kind {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({kind}) does not match the expected kind ({})",
+            info.kind
+        )));
+    }
+    map.insert("apiVersion".into(), json!(info.api_version()));
+    Ok(())
+}
+
+fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
+    if !object.get("metadata").is_some_and(Value::is_object) {
+        object["metadata"] = json!({});
+    }
+    object["metadata"]
+        .as_object_mut()
+        .expect("metadata was just made an object")
+}
+
+/// Fails unless `namespace` exists and is not terminating.
+async fn check_namespace(
+    state: &AppState,
+    info: &ResourceInfo,
+    namespace: &str,
+) -> Result<(), ApiError> {
+    let key = format!("/registry/namespaces/{namespace}");
+    let current = state.store.current_revision();
+    state.cache.wait_for(current, Duration::from_secs(3)).await;
+    let Some(ns) = state.cache.get(&key) else {
+        return Err(ApiError::not_found("", "namespaces", namespace));
+    };
+    let ns = parse(&ns.bytes)?;
+    if ns.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") {
+        return Err(ApiError {
+            code: StatusCode::FORBIDDEN,
+            reason: "Forbidden",
+            message: format!(
+                "{} is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                info.plural
+            ),
+            details: Some(Box::new(StatusDetails {
+                name: Some(namespace.into()),
+                kind: Some(info.plural.clone()),
+                ..Default::default()
+            })),
+        });
+    }
+    Ok(())
+}
+
+/// Serializes an object for storage (without resourceVersion, which the store keeps).
+fn to_stored(object: &Value) -> Vec<u8> {
+    let mut copy = object.clone();
+    if let Some(meta) = copy.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("resourceVersion");
+    }
+    serde_json::to_vec(&copy).unwrap_or_default()
+}
+
+fn stored_to_response(kv: &KeyValue) -> Bytes {
+    super::watchcache::with_resource_version(&kv.value, kv.mod_revision)
+}
+
+fn check_body_size(body: &[u8]) -> Result<(), ApiError> {
+    if body.len() > super::MAX_BODY_BYTES {
+        return Err(ApiError::too_large(
+            "Request entity too large: limit is 3145728",
+        ));
+    }
+    Ok(())
+}
+
+pub async fn create(
+    state: &AppState,
+    target: &Target,
+    query: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> ApiResult {
+    let info = &target.info;
+    check_body_size(body)?;
+    if target.subresource.is_some() {
+        return super::subresources::create(state, target, query, headers, body).await;
+    }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let mut object = objects::decode_body(body, content_type)?;
+    check_type_meta(info, &mut object)?;
+    let validation = FieldValidation::parse(query.get("fieldValidation"))?;
+    let warnings = objects::type_check(info, &mut object, validation)?;
+    let user_agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    let manager = super::apply::manager(query, user_agent)?;
+    create_object(state, target, query, object, warnings, Some(&manager)).await
+}
+
+/// Stores a new object (decoded and type-checked): names, server metadata,
+/// defaults, admission, validation, field ownership (`manager`, unless already set).
+pub async fn create_object(
+    state: &AppState,
+    target: &Target,
+    query: &Query,
+    mut object: Value,
+    warnings: Vec<String>,
+    manager: Option<&str>,
+) -> ApiResult {
+    let info = &target.info;
+    check_type_meta(info, &mut object)?;
+    let dry_run = query.dry_run()?;
+    let namespace = target.namespace.clone();
+    if info.namespaced && namespace.is_none() {
+        return Err(ApiError::not_found(&info.group, &info.plural, ""));
+    }
+    {
+        let meta = metadata_mut(&mut object);
+        if let Some(ns) = meta.get("namespace").and_then(Value::as_str)
+            && !ns.is_empty()
+            && Some(ns) != namespace.as_deref()
+            && info.namespaced
+        {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        if info.namespaced {
+            meta.insert("namespace".into(), json!(namespace));
+        } else {
+            meta.remove("namespace");
+        }
+    }
+    let meta = metadata_mut(&mut object);
+    let mut name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let generate = meta
+        .get("generateName")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if name.is_empty() {
+        if generate.is_empty() {
+            return Err(ApiError::invalid(
+                &info.group,
+                &info.kind,
+                "",
+                vec![StatusCause {
+                    reason: Some("FieldValueRequired".into()),
+                    message: Some("Required value: name or generateName is required".into()),
+                    field: Some("metadata.name".into()),
+                }],
+            ));
+        }
+        name = format!("{generate}{}", objects::name_suffix());
+        meta.insert("name".into(), json!(name));
+    }
+    if let Some(problem) = objects::name_problem(info, &name) {
+        return Err(objects::invalid_name(info, &name, problem));
+    }
+    meta.insert("uid".into(), json!(objects::new_uid()));
+    meta.insert("creationTimestamp".into(), json!(objects::now_rfc3339()));
+    meta.remove("resourceVersion");
+    meta.remove("deletionTimestamp");
+    meta.remove("deletionGracePeriodSeconds");
+    meta.remove("selfLink");
+    if tracks_generation(info) {
+        meta.insert("generation".into(), json!(1));
+    } else {
+        meta.remove("generation");
+    }
+    if let Some(ns) = &namespace {
+        check_namespace(state, info, ns).await?;
+    }
+    objects::apply_defaults(info, &mut object);
+    super::admission::on_create(state, info, &mut object, dry_run).await?;
+    let causes = objects::validate(info, &object);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
+    }
+    if let Some(manager) = manager {
+        super::apply::record(info, None, &mut object, manager, None);
+    }
+    if dry_run {
+        return Ok(with_warnings(
+            value_response(StatusCode::CREATED, &object),
+            &warnings,
+        ));
+    }
+    let key = info.key(namespace.as_deref(), &name);
+    let kv = state
+        .store
+        .create(key.as_bytes(), to_stored(&object))
+        .await
+        .map_err(store_err(info, &name))?;
+    super::admission::after_write(state, info, &object).await;
+    Ok(with_warnings(
+        json_response(StatusCode::CREATED, stored_to_response(&kv)),
+        &warnings,
+    ))
+}
+
+/// Fields of `new` that an update of the main resource may not change, copied from
+/// `old`; and for `/status`, everything but status.
+fn merge_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, status_only: bool) {
+    if status_only {
+        let status = new.get("status").cloned();
+        let mut merged = old.clone();
+        match status {
+            Some(s) => merged["status"] = s,
+            None => {
+                if let Some(m) = merged.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+        *new = merged;
+        return;
+    }
+    if info.has_subresource("status") {
+        match old.get("status") {
+            Some(s) => new["status"] = s.clone(),
+            None => {
+                if let Some(m) = new.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+    }
+    let old_meta = old.get("metadata").cloned().unwrap_or_default();
+    let meta = metadata_mut(new);
+    for field in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "namespace",
+        "name",
+    ] {
+        match old_meta.get(field) {
+            Some(v) => {
+                meta.insert(field.into(), v.clone());
+            }
+            None => {
+                meta.remove(field);
+            }
+        }
+    }
+}
+
+fn spec_changed(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut c = v.clone();
+        if let Some(m) = c.as_object_mut() {
+            m.remove("metadata");
+            m.remove("status");
+        }
+        c
+    };
+    strip(old) != strip(new)
+}
+
+/// Outcome of preparing an update from the current object.
+pub enum Prepared {
+    /// The new object; ownership is recorded for the request's field manager.
+    Write(Value, Vec<String>),
+    /// The new object with managedFields already decided (server-side apply).
+    Owned(Value),
+    Unchanged(Bytes),
+}
+
+/// Reads the current object, lets `change` produce the new one, then stores it with
+/// compare-and-swap (retrying on races when the caller did not pin a version).
+pub async fn update_with<F>(
+    state: &AppState,
+    target: &Target,
+    query: &Query,
+    pinned_by_client: bool,
+    change: F,
+) -> ApiResult
+where
+    F: FnMut(&Value) -> Result<Prepared, ApiError>,
+{
+    update_with_agent(state, target, query, pinned_by_client, None, change).await
+}
+
+/// `update_with`, naming the client's user agent for field ownership.
+pub async fn update_with_agent<F>(
+    state: &AppState,
+    target: &Target,
+    query: &Query,
+    pinned_by_client: bool,
+    user_agent: Option<&str>,
+    mut change: F,
+) -> ApiResult
+where
+    F: FnMut(&Value) -> Result<Prepared, ApiError>,
+{
+    let info = &target.info;
+    let name = name_of(target).to_string();
+    let key = key_of(target);
+    let dry_run = query.dry_run()?;
+    let status_only = target.subresource.as_deref() == Some("status");
+    for _attempt in 0..16 {
+        let Some(current) = state
+            .store
+            .get(key.as_bytes())
+            .await
+            .map_err(store_err(info, &name))?
+        else {
+            return Err(ApiError::not_found(&info.group, &info.plural, &name));
+        };
+        let mut old = parse(&current.value)?;
+        metadata_mut(&mut old).insert(
+            "resourceVersion".into(),
+            json!(current.mod_revision.to_string()),
+        );
+        let (mut new, warnings, owned) = match change(&old)? {
+            Prepared::Unchanged(bytes) => return Ok(json_response(StatusCode::OK, bytes)),
+            Prepared::Write(new, warnings) => (new, warnings, false),
+            Prepared::Owned(new) => (new, Vec::new(), true),
+        };
+        if let Some(rv) = new
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            && !rv.is_empty()
+            && rv != current.mod_revision.to_string()
+        {
+            return Err(ApiError::conflict(
+                &info.group,
+                &info.plural,
+                &name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
+        }
+        let new_name = new
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !new_name.is_empty() && new_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({new_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        merge_for_update(info, &old, &mut new, status_only);
+        if !status_only {
+            objects::apply_defaults(info, &mut new);
+            if tracks_generation(info) && spec_changed(&old, &new) {
+                let generation = old
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0)
+                    + 1;
+                metadata_mut(&mut new).insert("generation".into(), json!(generation));
+            }
+            let causes = objects::validate(info, &new);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
+            }
+        }
+        super::admission::on_update(state, info, &old, &mut new).await?;
+        if !owned {
+            let manager = super::apply::manager(query, user_agent)?;
+            super::apply::record(
+                info,
+                Some(&old),
+                &mut new,
+                &manager,
+                target.subresource.as_deref(),
+            );
+        }
+        // Finalization complete: the last finalizer of a deleting object is gone.
+        let deleting = new.pointer("/metadata/deletionTimestamp").is_some();
+        let finalizers_left = new
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        if dry_run {
+            return Ok(with_warnings(
+                value_response(StatusCode::OK, &new),
+                &warnings,
+            ));
+        }
+        if deleting && !finalizers_left && !is_namespace_pending(info, &new) {
+            return match state
+                .store
+                .delete(key.as_bytes(), Some(current.mod_revision))
+                .await
+            {
+                Ok((_, revision)) => {
+                    super::admission::after_delete(state, info, &new).await;
+                    Ok(json_response(
+                        StatusCode::OK,
+                        super::watchcache::with_resource_version(&to_stored(&new), revision),
+                    ))
+                }
+                Err(StoreError::Conflict { .. }) if !pinned_by_client => continue,
+                Err(e) => Err(ApiError::from_store(e, &info.group, &info.plural, &name)),
+            };
+        }
+        let stored = to_stored(&new);
+        let old_stored = to_stored(&old);
+        if stored == old_stored {
+            // No-op updates keep the resourceVersion (as kube-apiserver does).
+            return Ok(json_response(StatusCode::OK, stored_to_response(&current)));
+        }
+        match state
+            .store
+            .update(key.as_bytes(), stored, current.mod_revision)
+            .await
+        {
+            Ok(kv) => {
+                super::admission::after_write(state, info, &new).await;
+                return Ok(with_warnings(
+                    json_response(StatusCode::OK, stored_to_response(&kv)),
+                    &warnings,
+                ));
+            }
+            Err(StoreError::Conflict { .. }) if !pinned_by_client => continue,
+            Err(e) => return Err(ApiError::from_store(e, &info.group, &info.plural, &name)),
+        }
+    }
+    Err(ApiError::conflict(
+        &info.group,
+        &info.plural,
+        &name,
+        "too many concurrent writers; try again",
+    ))
+}
+
+fn is_namespace_pending(info: &ResourceInfo, object: &Value) -> bool {
+    info.group.is_empty()
+        && info.plural == "namespaces"
+        && object
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty())
+}
+
+pub async fn update(
+    state: &AppState,
+    target: &Target,
+    query: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> ApiResult {
+    let info = target.info.clone();
+    check_body_size(body)?;
+    if target.subresource.as_deref() == Some("scale") {
+        return super::subresources::update_scale(state, target, query, headers, body).await;
+    }
+    if let Some(sub) = target.subresource.as_deref()
+        && sub != "status"
+        && sub != "finalize"
+    {
+        return Err(ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({sub})"
+        )));
+    }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let mut object = objects::decode_body(body, content_type)?;
+    check_type_meta(&info, &mut object)?;
+    let validation = FieldValidation::parse(query.get("fieldValidation"))?;
+    let warnings = objects::type_check(&info, &mut object, validation)?;
+    let pinned = object
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .is_some_and(|s| !s.is_empty());
+    let finalize = target.subresource.as_deref() == Some("finalize");
+    let mut target = target.clone();
+    if finalize {
+        target.subresource = None;
+    }
+    let user_agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    update_with_agent(state, &target, query, pinned, user_agent, |old| {
+        let mut new = object.clone();
+        if finalize {
+            // The finalize subresource only changes spec.finalizers.
+            let finalizers = new
+                .pointer("/spec/finalizers")
+                .cloned()
+                .unwrap_or(json!([]));
+            new = old.clone();
+            new["spec"]["finalizers"] = finalizers;
+        }
+        Ok(Prepared::Write(new, warnings.clone()))
+    })
+    .await
+}
+
+pub async fn patch(
+    state: &AppState,
+    target: &Target,
+    query: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> ApiResult {
+    let info = target.info.clone();
+    check_body_size(body)?;
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let media = content_type.split(';').next().unwrap_or("").trim();
+    let Some(patch_type) = patch::patch_type_from_content_type(media) else {
+        return Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {media})"
+        )));
+    };
+    if patch_type == PatchType::StrategicMerge
+        && (info.custom || patch::builtin_schema(&info.group, &info.kind).is_none())
+    {
+        return Err(ApiError::unsupported_media_type(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
+    }
+    if patch_type == PatchType::Apply {
+        return super::apply::server_side_apply(state, target, query, body).await;
+    }
+    let patch_doc: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let validation = FieldValidation::parse(query.get("fieldValidation"))?;
+    let pinned = patch_doc
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .is_some_and(|s| !s.is_empty());
+    if target.subresource.as_deref() == Some("scale") {
+        return super::subresources::patch_scale(state, target, query, patch_type, &patch_doc)
+            .await;
+    }
+    let info_for_patch = info.clone();
+    let user_agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    update_with_agent(state, target, query, pinned, user_agent, move |old| {
+        let mut new = match patch_type {
+            PatchType::Json => patch::apply_json_patch(old, &patch_doc).map_err(patch_error)?,
+            PatchType::Merge => patch::apply_merge_patch(old, &patch_doc),
+            PatchType::StrategicMerge => {
+                let schema = patch::builtin_schema(&info_for_patch.group, &info_for_patch.kind)
+                    .ok_or_else(|| {
+                        ApiError::unsupported_media_type(
+                            "strategic merge patch is not supported for this kind",
+                        )
+                    })?;
+                patch::apply_strategic_merge_patch(old, &patch_doc, schema).map_err(patch_error)?
+            }
+            PatchType::Apply => unreachable!("handled above"),
+        };
+        // A patch never changes the resource version semantics unless it sets it.
+        if !pinned && let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("resourceVersion");
+        }
+        check_type_meta(&info_for_patch, &mut new)?;
+        let warnings = objects::type_check(&info_for_patch, &mut new, validation)?;
+        Ok(Prepared::Write(new, warnings))
+    })
+    .await
+}
+
+/// A patch failure as kube-apiserver reports it (status, reason and message).
+fn patch_error(e: patch::PatchError) -> ApiError {
+    let code = StatusCode::from_u16(e.status_code()).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
+    ApiError::new(code, e.reason(), e.status_message())
+}
+
+/// DeleteOptions from the body and query.
+struct DeleteOptions {
+    grace_period: Option<i64>,
+    propagation: Option<String>,
+    precondition_uid: Option<String>,
+    precondition_rv: Option<String>,
+    dry_run: bool,
+}
+
+fn delete_options(query: &Query, body: &[u8]) -> Result<DeleteOptions, ApiError> {
+    let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+    };
+    let dry_run = query.dry_run()?
+        || body
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|v| v == "All"));
+    Ok(DeleteOptions {
+        grace_period: query
+            .int("gracePeriodSeconds")?
+            .or_else(|| body.get("gracePeriodSeconds").and_then(Value::as_i64)),
+        propagation: query
+            .get("propagationPolicy")
+            .map(str::to_string)
+            .or_else(|| {
+                body.get("propagationPolicy")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
+            .or_else(
+                || match body.get("orphanDependents").and_then(Value::as_bool) {
+                    Some(true) => Some("Orphan".into()),
+                    Some(false) => Some("Background".into()),
+                    None => None,
+                },
+            ),
+        precondition_uid: body
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        precondition_rv: body
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        dry_run,
+    })
+}
+
+pub async fn delete(state: &AppState, target: &Target, query: &Query, body: &[u8]) -> ApiResult {
+    let info = target.info.clone();
+    let name = name_of(target).to_string();
+    let key = key_of(target);
+    let options = delete_options(query, body)?;
+    if let Some(p) = &options.propagation
+        && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
+    {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "DeleteOptions",
+            "",
+            vec![StatusCause {
+                reason: Some("FieldValueNotSupported".into()),
+                message: Some(format!(
+                    "Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+                )),
+                field: Some("propagationPolicy".into()),
+            }],
+        ));
+    }
+    for _attempt in 0..16 {
+        let Some(current) = state
+            .store
+            .get(key.as_bytes())
+            .await
+            .map_err(store_err(&info, &name))?
+        else {
+            return Err(ApiError::not_found(&info.group, &info.plural, &name));
+        };
+        let mut object = parse(&current.value)?;
+        let uid = object
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if let Some(want) = &options.precondition_uid
+            && *want != uid
+        {
+            return Err(ApiError::conflict(
+                &info.group,
+                &info.plural,
+                &name,
+                &format!(
+                    "Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"
+                ),
+            ));
+        }
+        if let Some(want) = &options.precondition_rv
+            && *want != current.mod_revision.to_string()
+        {
+            return Err(ApiError::conflict(
+                &info.group,
+                &info.plural,
+                &name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {want}, ResourceVersion in object meta: {}",
+                    current.mod_revision
+                ),
+            ));
+        }
+        let already_deleting = object.pointer("/metadata/deletionTimestamp").is_some();
+        // Finalizers that the propagation policy asks for.
+        let mut finalizers: Vec<Value> = object
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let policy = options
+            .propagation
+            .clone()
+            .unwrap_or_else(|| default_propagation(&info).to_string());
+        let mut changed = false;
+        let wanted_finalizer = match policy.as_str() {
+            "Foreground" => Some("foregroundDeletion"),
+            "Orphan" => Some("orphan"),
+            _ => None,
+        };
+        if let Some(f) = wanted_finalizer
+            && !finalizers.iter().any(|x| x == f)
+            && !already_deleting
+        {
+            finalizers.push(json!(f));
+            changed = true;
+        }
+        let namespace_pending = info.group.is_empty() && info.plural == "namespaces";
+        let graceful_pod = info.group.is_empty()
+            && info.plural == "pods"
+            && object
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .is_some_and(|n| !n.is_empty())
+            && options.grace_period.unwrap_or(1) > 0
+            && object
+                .pointer("/status/phase")
+                .and_then(Value::as_str)
+                .is_none_or(|p| p != "Succeeded" && p != "Failed");
+        if finalizers.is_empty() && !namespace_pending && !graceful_pod {
+            if options.dry_run {
+                return Ok(json_response(StatusCode::OK, stored_to_response(&current)));
+            }
+            return match state
+                .store
+                .delete(key.as_bytes(), Some(current.mod_revision))
+                .await
+            {
+                Ok((prev, revision)) => {
+                    super::admission::after_delete(state, &info, &object).await;
+                    let _ = prev;
+                    Ok(json_response(
+                        StatusCode::OK,
+                        super::watchcache::with_resource_version(&current.value, revision),
+                    ))
+                }
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(StoreError::NotFound { .. }) => {
+                    Err(ApiError::not_found(&info.group, &info.plural, &name))
+                }
+                Err(e) => Err(ApiError::from_store(e, &info.group, &info.plural, &name)),
+            };
+        }
+        if already_deleting && !changed {
+            return Ok(json_response(
+                StatusCode::ACCEPTED,
+                stored_to_response(&current),
+            ));
+        }
+        // Graceful: mark for deletion; finalizers (or the kubelet) finish it.
+        let grace = if graceful_pod {
+            options
+                .grace_period
+                .or_else(|| {
+                    object
+                        .pointer("/spec/terminationGracePeriodSeconds")
+                        .and_then(Value::as_i64)
+                })
+                .unwrap_or(30)
+        } else {
+            0
+        };
+        {
+            let meta = metadata_mut(&mut object);
+            if !already_deleting {
+                meta.insert(
+                    "deletionTimestamp".into(),
+                    json!(objects::format_rfc3339(now_unix() + grace)),
+                );
+                meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            }
+            if !finalizers.is_empty() {
+                meta.insert("finalizers".into(), json!(finalizers));
+            }
+        }
+        if namespace_pending {
+            object["status"]["phase"] = json!("Terminating");
+        }
+        if options.dry_run {
+            return Ok(value_response(StatusCode::ACCEPTED, &object));
+        }
+        match state
+            .store
+            .update(key.as_bytes(), to_stored(&object), current.mod_revision)
+            .await
+        {
+            Ok(kv) => {
+                super::admission::after_write(state, &info, &object).await;
+                return Ok(json_response(StatusCode::ACCEPTED, stored_to_response(&kv)));
+            }
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(ApiError::from_store(e, &info.group, &info.plural, &name)),
+        }
+    }
+    Err(ApiError::conflict(
+        &info.group,
+        &info.plural,
+        &name,
+        "too many concurrent writers; try again",
+    ))
+}
+
+/// kube-apiserver's default propagation: orphan for a few legacy kinds when the
+/// client says nothing... in practice Background for everything served today.
+fn default_propagation(_info: &ResourceInfo) -> &'static str {
+    "Background"
+}
+
+pub async fn delete_collection(
+    state: &AppState,
+    target: &Target,
+    query: &Query,
+    body: &[u8],
+) -> ApiResult {
+    let info = &target.info;
+    let filter = Filter::from_query(info, query)?;
+    let prefix = info.namespace_prefix(target.namespace.as_deref());
+    let current = state.store.current_revision();
+    state.cache.wait_for(current, Duration::from_secs(3)).await;
+    let (objects, revision) = state.cache.list(&prefix, None);
+    let mut deleted = Vec::new();
+    for object in objects {
+        if !filter.matches_bytes(&object.bytes) {
+            continue;
+        }
+        let value = parse(&object.bytes)?;
+        let name = value
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let mut one = target.clone();
+        one.name = Some(name);
+        match delete(state, &one, query, body).await {
+            Ok(_) => deleted.push(value),
+            Err(e) if e.code == StatusCode::NOT_FOUND => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let body = json!({
+        "kind": format!("{}List", info.kind),
+        "apiVersion": info.api_version(),
+        "metadata": {"resourceVersion": revision.to_string()},
+        "items": deleted,
+    });
+    Ok(value_response(StatusCode::OK, &body))
+}
+
+/// A success Status for endpoints that answer with one.
+pub fn ok_status() -> Response {
+    value_response(StatusCode::OK, &success_status(None))
+}

@@ -1,0 +1,563 @@
+//! The API server: the only door to the cluster's state, and the only module that may
+//! use `store`. HTTPS (rustls) on :6443; authentication by client certificate or
+//! bearer token; discovery, OpenAPI, health, version and metrics endpoints; the REST
+//! verbs for every registered resource, served from a watch cache that one store
+//! watch keeps current.
+//!
+//! May not touch: the scheduler, controllers, kubelet or proxy — they are clients.
+
+pub mod admission;
+pub mod apply;
+pub mod authn;
+pub mod crd;
+pub mod discovery;
+pub mod handlers;
+pub mod managed_fields;
+pub mod metrics;
+pub mod objects;
+pub mod openapi;
+pub mod patch;
+pub mod registry;
+pub mod request;
+pub mod selectors;
+pub mod status;
+pub mod subresources;
+pub mod table;
+pub mod tls;
+pub mod watchcache;
+
+use std::net::{IpAddr, SocketAddr};
+use std::ops::RangeInclusive;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use axum::body::Body;
+use axum::http::{HeaderValue, Method, Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use crate::cli::Cidr;
+use crate::store::{Store, StoreConfig};
+use authn::{Identity, TokenAuthenticator};
+use request::{Query, Route};
+use status::ApiError;
+
+/// Largest request body accepted (kube-apiserver's limit).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// The Kubernetes version this server speaks.
+pub const KUBE_VERSION: (&str, &str) = ("1", "33");
+
+/// Everything the API server needs to start.
+#[derive(Clone, Debug)]
+pub struct ApiServerConfig {
+    pub listen: SocketAddr,
+    pub serving_cert_pem: String,
+    pub serving_key_pem: String,
+    pub client_ca_pem: String,
+    /// The join secret accepted as a bootstrap bearer token.
+    pub token_secret: Option<String>,
+    /// Directory of the store (`<data-dir>/server/db`).
+    pub store_dir: std::path::PathBuf,
+    pub service_cidr: Cidr,
+    pub cluster_dns: IpAddr,
+    pub node_port_range: RangeInclusive<u16>,
+    /// Address advertised in discovery (`serverAddressByClientCIDRs`) and the
+    /// `kubernetes` Service's endpoints.
+    pub advertise: SocketAddr,
+}
+
+/// Shared state of every request.
+pub struct AppState {
+    pub config: ApiServerConfig,
+    pub store: Store,
+    pub cache: Arc<watchcache::WatchCache>,
+    pub registry: registry::Registry,
+    pub custom: RwLock<crd::CustomVersions>,
+    pub tokens: TokenAuthenticator,
+    pub allocation: tokio::sync::Mutex<()>,
+    pub metrics: metrics::Metrics,
+}
+
+/// A running API server.
+pub struct ApiServer {
+    pub local_addr: SocketAddr,
+    pub state: Arc<AppState>,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    accept_loop: tokio::task::JoinHandle<()>,
+}
+
+impl ApiServer {
+    /// Stops accepting connections and closes the store.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.accept_loop.await;
+    }
+}
+
+/// Opens the store, fills the watch cache, creates the built-in namespaces and the
+/// `kubernetes` Service, and starts serving.
+pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
+    let tls = tls::server_config(
+        &config.serving_cert_pem,
+        &config.serving_key_pem,
+        &config.client_ca_pem,
+    )?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding the API server to {}", config.listen))?;
+    let local_addr = listener
+        .local_addr()
+        .context("reading the listening address")?;
+    let store_config = StoreConfig::new(&config.store_dir);
+    let store = tokio::task::spawn_blocking(move || Store::open(store_config))
+        .await
+        .context("opening the store")?
+        .context("opening the store")?;
+    let cache = watchcache::WatchCache::start(store.clone())
+        .await
+        .context("filling the watch cache")?;
+    let state = Arc::new(AppState {
+        tokens: TokenAuthenticator::new(config.token_secret.clone()),
+        config,
+        store,
+        cache,
+        registry: registry::Registry::new(),
+        custom: RwLock::new(Default::default()),
+        allocation: tokio::sync::Mutex::new(()),
+        metrics: metrics::Metrics::default(),
+    });
+    crd::register_all(&state);
+    bootstrap(&state)
+        .await
+        .context("creating the built-in namespaces and the kubernetes Service")?;
+    let (shutdown, mut shutdown_rx) = tokio::sync::watch::channel(false);
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let serve_state = state.clone();
+    let accept_loop = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown_rx.changed() => break,
+                accepted = listener.accept() => {
+                    let Ok((stream, peer)) = accepted else { continue };
+                    let _ = stream.set_nodelay(true);
+                    let acceptor = acceptor.clone();
+                    let state = serve_state.clone();
+                    tokio::spawn(async move { serve_connection(acceptor, stream, peer, state).await });
+                }
+            }
+        }
+    });
+    Ok(ApiServer {
+        local_addr,
+        state,
+        shutdown,
+        accept_loop,
+    })
+}
+
+async fn serve_connection(
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    state: Arc<AppState>,
+) {
+    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => return,
+    };
+    let identity = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|certs| certs.first())
+        .and_then(|cert| authn::from_certificate(cert));
+    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        let state = state.clone();
+        let identity = identity.clone();
+        async move { Ok::<_, std::convert::Infallible>(dispatch(state, identity, req).await) }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    if let Err(e) = builder
+        .serve_connection_with_upgrades(TokioIo::new(tls), service)
+        .await
+    {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+fn verb_of(method: &Method, route: &Route, query: &Query) -> &'static str {
+    match (method, route) {
+        (&Method::GET, Route::Resource(t)) if t.legacy_watch || query.flag("watch") => "WATCH",
+        (&Method::GET, Route::Resource(t)) if t.name.is_none() => "LIST",
+        (&Method::GET, _) => "GET",
+        (&Method::POST, _) => "POST",
+        (&Method::PUT, _) => "PUT",
+        (&Method::PATCH, _) => "PATCH",
+        (&Method::DELETE, _) => "DELETE",
+        _ => "OTHER",
+    }
+}
+
+async fn dispatch(
+    state: Arc<AppState>,
+    cert_identity: Option<Identity>,
+    req: Request<hyper::body::Incoming>,
+) -> Response {
+    let started = Instant::now();
+    let (parts, body) = req.into_parts();
+    let identity = cert_identity
+        .or_else(|| {
+            parts
+                .headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|a| state.tokens.authenticate(a))
+        })
+        .unwrap_or_else(Identity::anonymous);
+    let query = match Query::parse(parts.uri.query()) {
+        Ok(q) => q,
+        Err(e) => return e.into_response(),
+    };
+    let route = match request::route(parts.uri.path(), &state.registry) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let verb = verb_of(&parts.method, &route, &query);
+    let resource = match &route {
+        Route::Resource(t) => t.info.plural.clone(),
+        _ => String::new(),
+    };
+    let public = matches!(route, Route::Healthz(_) | Route::Version);
+    let response = if identity.is_anonymous() && !public {
+        ApiError::unauthorized().into_response()
+    } else {
+        let body = match read_body(body, &parts.method).await {
+            Ok(b) => b,
+            Err(e) => return e.into_response(),
+        };
+        match serve(&state, &parts, &route, &query, &body).await {
+            Ok(r) => r,
+            Err(e) => e.into_response(),
+        }
+    };
+    let code = response.status().as_u16();
+    state
+        .metrics
+        .observe(verb, &resource, code, started.elapsed());
+    tracing::debug!(user = %identity.user, verb, path = %parts.uri.path(), code, "request");
+    response
+}
+
+async fn read_body(
+    mut body: hyper::body::Incoming,
+    method: &Method,
+) -> Result<bytes::Bytes, ApiError> {
+    if *method == Method::GET || *method == Method::HEAD {
+        return Ok(bytes::Bytes::new());
+    }
+    // Read up to the limit; past it, keep draining (to a point) so the client is not
+    // cut off mid-upload and actually receives the 413.
+    const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
+    let mut buffer = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            seen += data.len();
+            if seen <= MAX_BODY_BYTES {
+                buffer.extend_from_slice(&data);
+            } else if seen > DRAIN_LIMIT {
+                break;
+            }
+        }
+    }
+    if seen > MAX_BODY_BYTES {
+        return Err(ApiError::too_large(
+            "Request entity too large: limit is 3145728",
+        ));
+    }
+    Ok(buffer.freeze())
+}
+
+fn json(status: StatusCode, value: &Value) -> Response {
+    handlers::json_response(status, serde_json::to_vec(value).unwrap_or_default())
+}
+
+fn with_etag(mut response: Response, etag: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{etag}\"")) {
+        response.headers_mut().insert(header::ETAG, v);
+    }
+    response
+}
+
+fn with_content_type(mut response: Response, content_type: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        response.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    response
+}
+
+async fn serve(
+    state: &Arc<AppState>,
+    parts: &axum::http::request::Parts,
+    route: &Route,
+    query: &Query,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let accept = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    let method = &parts.method;
+    let not_found = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+    };
+    match route {
+        Route::Healthz(which) => Ok(health(which, query)),
+        Route::Version => Ok(json(StatusCode::OK, &version())),
+        Route::Metrics => {
+            let text = state.metrics.render(state.cache.watcher_count());
+            Ok(with_content_type(
+                (StatusCode::OK, text).into_response(),
+                "text/plain; version=0.0.4",
+            ))
+        }
+        Route::LegacyVersions | Route::Groups => {
+            let legacy = matches!(route, Route::LegacyVersions);
+            match discovery::aggregated_version(accept) {
+                Some(version) => Ok(with_content_type(
+                    json(
+                        StatusCode::OK,
+                        &discovery::aggregated(&state.registry, legacy, version),
+                    ),
+                    &format!(
+                        "application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList"
+                    ),
+                )),
+                None if legacy => Ok(json(
+                    StatusCode::OK,
+                    &discovery::legacy_versions(&state.config.advertise.to_string()),
+                )),
+                None => Ok(json(
+                    StatusCode::OK,
+                    &discovery::group_list(&state.registry),
+                )),
+            }
+        }
+        Route::Group(group) => discovery::group(&state.registry, group)
+            .map(|v| json(StatusCode::OK, &v))
+            .ok_or_else(not_found),
+        Route::ResourceList { group, version } => {
+            discovery::resource_list(&state.registry, group, version)
+                .map(|v| json(StatusCode::OK, &v))
+                .ok_or_else(not_found)
+        }
+        Route::OpenApiV2 | Route::OpenApiV3Root | Route::OpenApiV3 { .. } => {
+            let custom = |info: &registry::ResourceInfo| -> Option<Value> {
+                let versions = state.custom.read().ok()?;
+                versions
+                    .get(&(
+                        info.group.clone(),
+                        info.version.clone(),
+                        info.plural.clone(),
+                    ))?
+                    .schema
+                    .clone()
+            };
+            match route {
+                Route::OpenApiV2 => {
+                    let served = openapi::v2_served(&state.registry, Some(&custom));
+                    // kubectl asks for (and always decodes) the protobuf form.
+                    if accept.is_some_and(|a| a.contains("protobuf")) {
+                        let mut response =
+                            (StatusCode::OK, served.protobuf.clone()).into_response();
+                        response.headers_mut().insert(
+                            header::CONTENT_TYPE,
+                            HeaderValue::from_static(openapi::V2_PROTOBUF_RESPONSE_CONTENT_TYPE),
+                        );
+                        Ok(with_etag(response, &served.protobuf_etag))
+                    } else {
+                        Ok(with_etag(
+                            handlers::json_response(StatusCode::OK, served.document.json.clone()),
+                            &served.document.etag,
+                        ))
+                    }
+                }
+                Route::OpenApiV3Root => Ok(json(
+                    StatusCode::OK,
+                    &openapi::v3_index_with(&state.registry, &custom),
+                )),
+                Route::OpenApiV3 { group, version } => {
+                    let document = openapi::v3_group_version_document(
+                        &state.registry,
+                        group,
+                        version,
+                        &custom,
+                    )
+                    .ok_or_else(not_found)?;
+                    Ok(with_etag(
+                        handlers::json_response(StatusCode::OK, document.json.clone()),
+                        &document.etag,
+                    ))
+                }
+                _ => Err(not_found()),
+            }
+        }
+        Route::NotFound => Err(not_found()),
+        Route::Resource(target) => {
+            let want = request::negotiate(accept)?;
+            match *method {
+                Method::GET => {
+                    if target.legacy_watch || query.flag("watch") {
+                        handlers::watch(state, target, query).await
+                    } else if target.name.is_some() {
+                        handlers::get(state, target, query, want).await
+                    } else {
+                        handlers::list(state, target, query, want).await
+                    }
+                }
+                Method::POST if target.name.is_none() || target.subresource.is_some() => {
+                    handlers::create(state, target, query, &parts.headers, body).await
+                }
+                Method::PUT if target.name.is_some() => {
+                    handlers::update(state, target, query, &parts.headers, body).await
+                }
+                Method::PATCH if target.name.is_some() => {
+                    handlers::patch(state, target, query, &parts.headers, body).await
+                }
+                Method::DELETE if target.name.is_some() && target.subresource.is_none() => {
+                    handlers::delete(state, target, query, body).await
+                }
+                Method::DELETE if target.name.is_none() => {
+                    handlers::delete_collection(state, target, query, body).await
+                }
+                _ => Err(ApiError::method_not_allowed(
+                    "the server does not allow this method on the requested resource",
+                )),
+            }
+        }
+    }
+}
+
+fn health(which: &str, query: &Query) -> Response {
+    let checks = [
+        "ping",
+        "log",
+        "etcd",
+        "informer-sync",
+        "poststarthook/start-apiextensions-controllers",
+    ];
+    let body = if query.get("verbose").is_some() {
+        let mut text: String = checks.iter().map(|c| format!("[+]{c} ok\n")).collect();
+        text.push_str(&format!("{which} check passed\n"));
+        text
+    } else {
+        "ok".to_string()
+    };
+    with_content_type(
+        (StatusCode::OK, body).into_response(),
+        "text/plain; charset=utf-8",
+    )
+}
+
+fn version() -> Value {
+    let (major, minor) = KUBE_VERSION;
+    json!({
+        "major": major,
+        "minor": minor,
+        "gitVersion": format!("v{major}.{minor}.0+k3rs{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": crate::cli::GIT_COMMIT,
+        "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+        "goVersion": "rust",
+        "compiler": "rustc",
+        "platform": format!("linux/{}", match std::env::consts::ARCH { "x86_64" => "amd64", "aarch64" => "arm64", "arm" => "arm", other => other }),
+    })
+}
+
+/// The namespaces every cluster has and the `kubernetes` Service.
+async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
+    let ns_info = state
+        .registry
+        .find("", "v1", "namespaces")
+        .context("namespaces resource")?;
+    for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let target = request::Target {
+            info: ns_info.clone(),
+            namespace: None,
+            name: None,
+            subresource: None,
+            legacy_watch: false,
+        };
+        let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        ignore_exists(
+            handlers::create_object(
+                state,
+                &target,
+                &Query::default(),
+                object,
+                Vec::new(),
+                Some("k3rs"),
+            )
+            .await,
+        )?;
+    }
+    let svc_info = state
+        .registry
+        .find("", "v1", "services")
+        .context("services resource")?;
+    let target = request::Target {
+        info: svc_info,
+        namespace: Some("default".into()),
+        name: None,
+        subresource: None,
+        legacy_watch: false,
+    };
+    let ip = state
+        .config
+        .service_cidr
+        .nth(1)
+        .context("the service CIDR has no first address")?;
+    let object = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+        "spec": {"clusterIP": ip.to_string(), "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": state.config.advertise.port()}]}
+    });
+    ignore_exists(
+        handlers::create_object(
+            state,
+            &target,
+            &Query::default(),
+            object,
+            Vec::new(),
+            Some("k3rs"),
+        )
+        .await,
+    )?;
+    Ok(())
+}
+
+fn ignore_exists(result: Result<Response, ApiError>) -> anyhow::Result<()> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) if e.code == StatusCode::CONFLICT => Ok(()),
+        Err(e) => Err(anyhow::anyhow!("{e}")),
+    }
+}
+
+#[allow(dead_code)]
+fn _body_is_send(_: Body) {}

@@ -1,0 +1,182 @@
+//! Shared helpers for integration tests: start the real `k3rs` binary (the one
+//! `cargo test` built) on a free port with a temporary data dir, wait until it is
+//! ready, and run kubectl against it.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    pub kubeconfig: PathBuf,
+    pub started_in: Duration,
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+pub fn k3rs_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_k3rs")
+}
+
+impl Server {
+    /// Starts `k3rs server --disable-agent` and waits for `/readyz`.
+    pub fn start() -> Server {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        Self::start_in(dir, extra)
+    }
+
+    pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Server {
+        let port = free_port();
+        let kubeconfig = dir.path().join("kubeconfig.yaml");
+        let log = std::fs::File::create(dir.path().join("server.log")).expect("log file");
+        let started = Instant::now();
+        let child = Command::new(k3rs_bin())
+            .arg("server")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args([
+                "--bind-address",
+                "127.0.0.1",
+                "--https-listen-port",
+                &port.to_string(),
+            ])
+            .arg("--write-kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--disable-agent")
+            .args(extra)
+            .env_remove("K3RS_TOKEN")
+            .env_remove("K3RS_DATA_DIR")
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start k3rs server");
+        let mut server = Server {
+            child,
+            dir,
+            port,
+            kubeconfig,
+            started_in: Duration::ZERO,
+        };
+        server.wait_ready(Duration::from_secs(30));
+        server.started_in = started.elapsed();
+        server
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("k3rs server exited early ({status}):\n{}", self.log());
+            }
+            if self.kubeconfig.exists() {
+                let out = self.kubectl_quiet(&["get", "--raw", "/readyz"]);
+                if out.status.success() {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "k3rs server not ready in {timeout:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    fn kubectl_quiet(&self, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .expect("run kubectl (install kubectl)")
+    }
+
+    /// Runs a kubectl binary against this server.
+    pub fn kubectl_with(&self, kubectl: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = Command::new(kubectl);
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
+        cmd.env("KUBECACHEDIR", self.dir.path().join("kubecache"));
+        if stdin.is_some() {
+            cmd.stdin(Stdio::piped());
+        }
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("running {}: {e}", kubectl.display()));
+        if let Some(input) = stdin {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(input.as_bytes())
+                .expect("write stdin");
+        }
+        child.wait_with_output().expect("kubectl output")
+    }
+
+    pub fn stop(&mut self) {
+        unsafe_kill(&mut self.child, "TERM");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn unsafe_kill(child: &mut Child, signal: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.id().to_string())
+        .status();
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every installed kubectl version (1.27 ... 1.33); fails loudly if none is present.
+pub fn kubectls() -> Vec<PathBuf> {
+    let dir = Path::new("/usr/lib/google-cloud-sdk/bin");
+    let found: Vec<PathBuf> = (27..=33)
+        .map(|minor| dir.join(format!("kubectl.1.{minor}")))
+        .filter(|p| p.exists())
+        .collect();
+    assert!(
+        !found.is_empty(),
+        "no kubectl 1.27-1.33 under {}: install the google-cloud-sdk kubectl components",
+        dir.display()
+    );
+    found
+}
