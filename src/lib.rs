@@ -5,5 +5,6 @@
 
 pub mod apiserver;
 pub mod cli;
+pub mod controllers;
 pub mod pki;
 pub mod store;

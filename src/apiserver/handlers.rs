@@ -655,26 +655,23 @@ fn check_type_meta(info: &ResourceInfo, object: &mut Value) -> Result<(), ApiErr
             "the body of the request must be a JSON object",
         ));
     };
+    // Like kube-apiserver's decoder, a missing apiVersion or kind defaults to the
+    // endpoint's; a different one is an error.
     let kind = map.get("kind").and_then(Value::as_str).unwrap_or("");
     let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-    if kind.is_empty() {
-        let body = serde_json::to_string(map).unwrap_or_default();
-        return Err(ApiError::bad_request(format!(
-            "Object 'Kind' is missing in '{body}'"
-        )));
-    }
     if !api_version.is_empty() && api_version != info.api_version() {
         return Err(ApiError::bad_request(format!(
             "the API version in the data ({api_version}) does not match the expected API version ({})",
             info.api_version()
         )));
     }
-    if kind != info.kind {
+    if !kind.is_empty() && kind != info.kind {
         return Err(ApiError::bad_request(format!(
             "the kind in the data ({kind}) does not match the expected kind ({})",
             info.kind
         )));
     }
+    map.insert("kind".into(), json!(info.kind));
     map.insert("apiVersion".into(), json!(info.api_version()));
     Ok(())
 }

@@ -195,4 +195,28 @@ pub struct ServerArgs {
         help_heading = "Experimental"
     )]
     pub disable_agent: Option<bool>,
+
+    /// (components) Do not run the kube-controller-manager loops
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+        value_name = "BOOL",
+        help_heading = "Components"
+    )]
+    pub disable_controller_manager: Option<bool>,
+
+    /// (components) Do not run the kube-scheduler
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+        value_name = "BOOL",
+        help_heading = "Components"
+    )]
+    pub disable_scheduler: Option<bool>,
 }

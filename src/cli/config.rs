@@ -81,6 +81,10 @@ pub struct ServerConfig {
     pub service_node_port_range: RangeInclusive<u16>,
     /// `--disable-agent`.
     pub disable_agent: bool,
+    /// `--disable-controller-manager`.
+    pub disable_controller_manager: bool,
+    /// `--disable-scheduler`.
+    pub disable_scheduler: bool,
     /// `--debug`.
     pub debug: bool,
 }
@@ -186,6 +190,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("cluster-domain", Kind::One),
     ("service-node-port-range", Kind::One),
     ("disable-agent", Kind::Bool),
+    ("disable-controller-manager", Kind::Bool),
+    ("disable-scheduler", Kind::Bool),
     ("debug", Kind::Bool),
 ];
 
@@ -292,7 +298,15 @@ fn cli_layer(args: &ServerArgs, debug: Option<bool>) -> Layer {
         );
     }
     let debug = args.debug.or(debug);
-    for (key, value) in [("disable-agent", args.disable_agent), ("debug", debug)] {
+    for (key, value) in [
+        ("disable-agent", args.disable_agent),
+        (
+            "disable-controller-manager",
+            args.disable_controller_manager,
+        ),
+        ("disable-scheduler", args.disable_scheduler),
+        ("debug", debug),
+    ] {
         if let Some(b) = value {
             layer.insert(
                 key,
@@ -489,6 +503,8 @@ fn resolve(
         .one("service-node-port-range", parse_port_range)?
         .unwrap_or(DEFAULT_NODE_PORT_RANGE);
     let disable_agent = s.flag("disable-agent");
+    let disable_controller_manager = s.flag("disable-controller-manager");
+    let disable_scheduler = s.flag("disable-scheduler");
     let debug = s.flag("debug");
 
     // Cross-field checks, reported against the flag most likely to be wrong.
@@ -525,6 +541,8 @@ fn resolve(
         cluster_domain,
         service_node_port_range,
         disable_agent,
+        disable_controller_manager,
+        disable_scheduler,
         debug,
     })
 }

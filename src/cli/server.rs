@@ -128,6 +128,13 @@ async fn serve(config: ServerConfig, prepared: Prepared) -> anyhow::Result<()> {
     let server = crate::apiserver::start(apiserver_config)
         .await
         .context("starting the API server")?;
+    let local_url = api_url(config.bind_address, server.local_addr.port());
+    if !config.disable_controller_manager {
+        let client = component_client(&prepared, "client-controller", &local_url)
+            .await
+            .context("building the controller-manager's client")?;
+        tokio::spawn(crate::controllers::run(client));
+    }
     tracing::info!(
         address = %server.local_addr,
         kubeconfig = %prepared.kubeconfig.display(),
@@ -138,6 +145,28 @@ async fn serve(config: ServerConfig, prepared: Prepared) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     server.shutdown().await;
     Ok(())
+}
+
+/// A kube client for an in-process component, with its own client certificate.
+async fn component_client(
+    prepared: &Prepared,
+    stem: &str,
+    url: &str,
+) -> anyhow::Result<kube::Client> {
+    let issued = prepared
+        .pki
+        .client(stem)
+        .with_context(|| format!("no client certificate {stem}"))?;
+    let yaml = pki::render_kubeconfig(url, prepared.pki.server_ca().cert_pem(), issued)?;
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(&yaml).context("parsing the component kubeconfig")?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .context("loading the component kubeconfig")?;
+    kube::Client::try_from(config).context("building the component client")
 }
 
 async fn wait_for_signal() {
