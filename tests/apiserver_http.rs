@@ -319,3 +319,55 @@ fn bad_input_gets_a_status_and_changes_nothing() {
         assert!(warnings.iter().any(|w| w.contains("unknown field \\\"bogus\\\"") || w.contains("unknown field \"bogus\"")), "{warnings:?}");
     });
 }
+
+#[test]
+fn custom_resources_are_served_and_validated_against_their_schema() {
+    let server = Server::start();
+    runtime().block_on(async {
+        let client = client(&server).await;
+        let crd = json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "gadgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "required": ["replicas"], "properties": {
+                            "replicas": {"type": "integer", "minimum": 0},
+                            "color": {"type": "string", "enum": ["red", "blue"]}}},
+                        "status": {"type": "object", "properties": {"replicas": {"type": "integer"}}}}}}}]}
+        });
+        let (code, created, _) = send(&client, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "application/json", crd.to_string().into_bytes()).await;
+        assert_eq!(code, 201, "{created}");
+        assert_eq!(created["status"]["conditions"][1]["type"], "Established");
+        let path = "/apis/example.com/v1/namespaces/default/gadgets";
+        let good = json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g1"}, "spec": {"replicas": 2, "color": "red"}});
+        let (code, body, _) = send(&client, "POST", path, "application/json", good.to_string().into_bytes()).await;
+        assert_eq!(code, 201, "{body}");
+        let wrong_type = json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g2"}, "spec": {"replicas": "two"}});
+        let (code, body, _) = send(&client, "POST", path, "application/json", wrong_type.to_string().into_bytes()).await;
+        assert_eq!((code, body["reason"].as_str().unwrap()), (422, "Invalid"), "{body}");
+        assert!(body["message"].as_str().unwrap().contains("spec.replicas"), "{body}");
+        let unknown = json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g3"}, "spec": {"replicas": 1, "bogus": 1}});
+        let (code, body, _) = send(&client, "POST", &format!("{path}?fieldValidation=Strict"), "application/json", unknown.to_string().into_bytes()).await;
+        assert_eq!(code, 400, "{body}");
+        assert_eq!(body["message"], "strict decoding error: unknown field \"spec.bogus\"");
+        // Strategic merge patch is refused for custom resources (415); merge patch works.
+        let (code, _, _) = send(&client, "PATCH", &format!("{path}/g1"), "application/strategic-merge-patch+json", br#"{"spec":{"replicas":3}}"#.to_vec()).await;
+        assert_eq!(code, 415);
+        let (code, body, _) = send(&client, "PATCH", &format!("{path}/g1"), "application/merge-patch+json", br#"{"spec":{"replicas":3},"status":{"replicas":9}}"#.to_vec()).await;
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["spec"]["replicas"], 3);
+        assert!(body.get("status").is_none(), "status changes only through /status: {body}");
+        let (code, scale, _) = send(&client, "GET", &format!("{path}/g1/scale"), "application/json", vec![]).await;
+        assert_eq!((code, scale["spec"]["replicas"].as_i64()), (200, Some(3)), "{scale}");
+        let (code, body, _) = send(&client, "PATCH", &format!("{path}/g1/status"), "application/merge-patch+json", br#"{"status":{"replicas":3}}"#.to_vec()).await;
+        assert_eq!((code, body["status"]["replicas"].as_i64()), (200, Some(3)), "{body}");
+        // Deleting the CRD stops serving the resource.
+        let (code, _, _) = send(&client, "DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.example.com", "application/json", vec![]).await;
+        assert_eq!(code, 200);
+        let (code, _, _) = send(&client, "GET", path, "application/json", vec![]).await;
+        assert_eq!(code, 404);
+    });
+}

@@ -303,5 +303,23 @@ pub async fn after_write(state: &AppState, info: &ResourceInfo, object: &Value) 
 pub async fn after_delete(state: &AppState, info: &ResourceInfo, object: &Value) {
     if info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions" {
         super::crd::unregister(state, object);
+        // Custom resources go with their definition (kube's customresourcecleanup).
+        let group = object
+            .pointer("/spec/group")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let plural = object
+            .pointer("/spec/names/plural")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !group.is_empty() && !plural.is_empty() {
+            let prefix = format!("/registry/{group}/{plural}/");
+            let (objects, _) = state.cache.list(&prefix, None);
+            for cached in objects {
+                if let Err(e) = state.store.delete(cached.key.as_bytes(), None).await {
+                    tracing::warn!(key = %cached.key, error = %e, "removing a custom resource of a deleted definition failed");
+                }
+            }
+        }
     }
 }

@@ -121,7 +121,7 @@ pub async fn server_side_apply(
     let validation =
         objects::FieldValidation::parse(query.get("fieldValidation").or(Some("Strict")))?;
     if applied.get("kind").is_some() {
-        objects::type_check(&info, &mut applied, validation)?;
+        handlers::type_check(state, &info, &mut applied, validation)?;
     }
     let keys = keys_for(&info);
     let key = info.key(target.namespace.as_deref(), &name);

@@ -90,6 +90,67 @@ fn tracks_generation(info: &ResourceInfo) -> bool {
         || matches!(info.kind.as_str(), "ReplicationController")
 }
 
+// ---------------------------------------------------------------- schemas
+
+/// The structural schema of a custom resource version, if it has one.
+fn custom_schema(state: &AppState, info: &ResourceInfo) -> Option<Value> {
+    if !info.custom {
+        return None;
+    }
+    let custom = state.custom.read().unwrap_or_else(|p| p.into_inner());
+    custom
+        .get(&(
+            info.group.clone(),
+            info.version.clone(),
+            info.plural.clone(),
+        ))
+        .and_then(|v| v.schema.clone())
+}
+
+/// Type checks (built-in kinds) or prunes against the CRD schema (custom kinds);
+/// unknown fields are an error under Strict and warnings under Warn.
+pub fn type_check(
+    state: &AppState,
+    info: &ResourceInfo,
+    value: &mut Value,
+    validation: FieldValidation,
+) -> Result<Vec<String>, ApiError> {
+    let Some(schema) = custom_schema(state, info) else {
+        return objects::type_check(info, value, validation);
+    };
+    let mut copy = value.clone();
+    let unknown = super::schema::prune(&mut copy, &schema);
+    if unknown.is_empty() {
+        return Ok(Vec::new());
+    }
+    let messages: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
+    match validation {
+        FieldValidation::Strict => Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            messages.join(", ")
+        ))),
+        FieldValidation::Warn => {
+            *value = copy;
+            Ok(messages)
+        }
+        FieldValidation::Ignore => {
+            *value = copy;
+            Ok(Vec::new())
+        }
+    }
+}
+
+/// Kind-specific validation, or the CRD schema's for custom kinds.
+fn validate(state: &AppState, info: &ResourceInfo, value: &Value) -> Vec<StatusCause> {
+    match custom_schema(state, info) {
+        Some(schema) => super::schema::validate(value, &schema),
+        None => objects::validate(info, value),
+    }
+}
+
 // ---------------------------------------------------------------- selectors
 
 struct Filter {
@@ -756,7 +817,7 @@ pub async fn create(
     let mut object = objects::decode_body(body, content_type)?;
     check_type_meta(info, &mut object)?;
     let validation = FieldValidation::parse(query.get("fieldValidation"))?;
-    let warnings = objects::type_check(info, &mut object, validation)?;
+    let warnings = type_check(state, info, &mut object, validation)?;
     let user_agent = headers
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok());
@@ -844,7 +905,7 @@ pub async fn create_object(
     }
     objects::apply_defaults(info, &mut object);
     super::admission::on_create(state, info, &mut object, dry_run).await?;
-    let causes = objects::validate(info, &object);
+    let causes = validate(state, info, &object);
     if !causes.is_empty() {
         return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
     }
@@ -1024,7 +1085,7 @@ where
                     + 1;
                 metadata_mut(&mut new).insert("generation".into(), json!(generation));
             }
-            let causes = objects::validate(info, &new);
+            let causes = validate(state, info, &new);
             if !causes.is_empty() {
                 return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
             }
@@ -1134,7 +1195,7 @@ pub async fn update(
     let mut object = objects::decode_body(body, content_type)?;
     check_type_meta(&info, &mut object)?;
     let validation = FieldValidation::parse(query.get("fieldValidation"))?;
-    let warnings = objects::type_check(&info, &mut object, validation)?;
+    let warnings = type_check(state, &info, &mut object, validation)?;
     let pinned = object
         .pointer("/metadata/resourceVersion")
         .and_then(Value::as_str)
@@ -1227,7 +1288,7 @@ pub async fn patch(
             meta.remove("resourceVersion");
         }
         check_type_meta(&info_for_patch, &mut new)?;
-        let warnings = objects::type_check(&info_for_patch, &mut new, validation)?;
+        let warnings = type_check(state, &info_for_patch, &mut new, validation)?;
         Ok(Prepared::Write(new, warnings))
     })
     .await

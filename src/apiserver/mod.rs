@@ -19,6 +19,7 @@ pub mod openapi;
 pub mod patch;
 pub mod registry;
 pub mod request;
+pub mod schema;
 pub mod selectors;
 pub mod status;
 pub mod subresources;

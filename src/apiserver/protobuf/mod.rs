@@ -186,10 +186,7 @@ fn decode_nested(body: &[u8], embedded: usize) -> Result<Value, ProtobufError> {
         .copied()
         .flatten()
         .and_then(|i| registry.defs.get(i));
-    let conv = Converter {
-        registry,
-        embedded,
-    };
+    let conv = Converter { registry, embedded };
     let mut object = Map::new();
     object.insert("apiVersion".into(), Value::String(api_version.clone()));
     object.insert("kind".into(), Value::String(kind.clone()));
@@ -463,7 +460,9 @@ fn is_inlined(message: &str, field: &str) -> bool {
 /// Whether a converted field value is left out of the JSON object.
 fn omitted(message: &str, json_name: &str, required: bool, source: &Dbg, value: &Value) -> bool {
     match value {
-        Value::String(s) if s.is_empty() => !required && !listed(EMPTY_STRING_KEPT, message, json_name),
+        Value::String(s) if s.is_empty() => {
+            !required && !listed(EMPTY_STRING_KEPT, message, json_name)
+        }
         Value::Bool(false) => !required && zero_omitted(message, json_name),
         Value::Number(n) if n.as_f64() == Some(0.0) => {
             !required && zero_omitted(message, json_name)
@@ -593,13 +592,15 @@ fn schema_ty(schema: &Value, index: &HashMap<&str, usize>) -> Ty {
         let name = reference.rsplit('/').next().unwrap_or(reference);
         return index.get(name).map_or(Ty::Other, |&i| Ty::Ref(i));
     }
-    if let Some([only]) = schema.get("allOf").and_then(Value::as_array).map(Vec::as_slice) {
+    if let Some([only]) = schema
+        .get("allOf")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+    {
         return schema_ty(only, index);
     }
     match schema.get("type").and_then(Value::as_str) {
-        Some("string") if schema.get("format").and_then(Value::as_str) == Some("byte") => {
-            Ty::Bytes
-        }
+        Some("string") if schema.get("format").and_then(Value::as_str) == Some("byte") => Ty::Bytes,
         Some("array") => Ty::List(Box::new(
             schema
                 .get("items")
@@ -958,7 +959,10 @@ impl Converter<'_> {
                 };
                 let mut out = Vec::with_capacity(items.len());
                 for item in items {
-                    out.push(self.convert(item, item_ty, depth + 1)?.unwrap_or(Value::Null));
+                    out.push(
+                        self.convert(item, item_ty, depth + 1)?
+                            .unwrap_or(Value::Null),
+                    );
                 }
                 Value::Array(out)
             }
@@ -1046,13 +1050,14 @@ impl Converter<'_> {
                     None => Ok(Some(Value::Array(Vec::new()))),
                 };
             }
+            // These three marshal as one of their fields, in Go's order.
             "jsonschemapropsorarray" => {
-                return match field("schema") {
-                    Some(schema) => self.convert(schema, None, depth + 1),
-                    None => match field("jsonschemas") {
-                        Some(list) => self.convert(list, None, depth + 1),
-                        None => Ok(Some(Value::Array(Vec::new()))),
-                    },
+                return match (field("jsonschemas"), field("schema")) {
+                    (Some(list @ Dbg::List(items)), _) if !items.is_empty() => {
+                        self.convert(list, None, depth + 1)
+                    }
+                    (_, Some(schema)) => self.convert(schema, None, depth + 1),
+                    _ => Ok(None),
                 };
             }
             "jsonschemapropsorbool" => {
@@ -1065,12 +1070,12 @@ impl Converter<'_> {
                 };
             }
             "jsonschemapropsorstringarray" => {
-                return match field("schema") {
-                    Some(schema) => self.convert(schema, None, depth + 1),
-                    None => match field("property") {
-                        Some(list) => self.convert(list, None, depth + 1),
-                        None => Ok(Some(Value::Array(Vec::new()))),
-                    },
+                return match (field("property"), field("schema")) {
+                    (Some(list @ Dbg::List(items)), _) if !items.is_empty() => {
+                        self.convert(list, None, depth + 1)
+                    }
+                    (_, Some(schema)) => self.convert(schema, None, depth + 1),
+                    _ => Ok(Some(Value::Array(Vec::new()))),
                 };
             }
             _ => {}
