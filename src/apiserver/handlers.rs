@@ -90,6 +90,33 @@ fn tracks_generation(info: &ResourceInfo) -> bool {
         || matches!(info.kind.as_str(), "ReplicationController")
 }
 
+// ---------------------------------------------------------------- decoding
+
+/// Decodes a request body: JSON, YAML, or Kubernetes protobuf (what kubectl's typed
+/// commands send). Missing apiVersion/kind in a protobuf envelope take the endpoint's.
+pub fn decode_request(
+    info: &ResourceInfo,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    if content_type.is_some_and(super::protobuf::is_protobuf) {
+        return super::protobuf::decode_object_with_defaults(body, &info.api_version(), &info.kind)
+            .map_err(|e| {
+                let code = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+                let reason = if code == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+                    "UnsupportedMediaType"
+                } else {
+                    "BadRequest"
+                };
+                ApiError::new(code, reason, e.to_string())
+            });
+    }
+    objects::decode_body(body, content_type)
+}
+
 // ---------------------------------------------------------------- schemas
 
 /// The structural schema of a custom resource version, if it has one.
@@ -811,10 +838,7 @@ pub async fn create(
     if target.subresource.is_some() {
         return super::subresources::create(state, target, query, headers, body).await;
     }
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    let mut object = objects::decode_body(body, content_type)?;
+    let mut object = decode_request(info, headers, body)?;
     check_type_meta(info, &mut object)?;
     let validation = FieldValidation::parse(query.get("fieldValidation"))?;
     let warnings = type_check(state, info, &mut object, validation)?;
@@ -1189,10 +1213,7 @@ pub async fn update(
             "the server does not allow this method on the requested resource ({sub})"
         )));
     }
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    let mut object = objects::decode_body(body, content_type)?;
+    let mut object = decode_request(&info, headers, body)?;
     check_type_meta(&info, &mut object)?;
     let validation = FieldValidation::parse(query.get("fieldValidation"))?;
     let warnings = type_check(state, &info, &mut object, validation)?;
@@ -1312,6 +1333,9 @@ struct DeleteOptions {
 fn delete_options(query: &Query, body: &[u8]) -> Result<DeleteOptions, ApiError> {
     let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Null
+    } else if body.starts_with(b"k8s\0") {
+        super::protobuf::decode_object_with_defaults(body, "meta.k8s.io/v1", "DeleteOptions")
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
     } else {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?

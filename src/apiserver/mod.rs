@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod registry;
 pub mod request;
 pub mod schema;

@@ -25,10 +25,19 @@ pub async fn create(
     headers: &HeaderMap,
     body: &[u8],
 ) -> ApiResult {
-    let content_type = headers
+    let payload = if headers
         .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    let payload = objects::decode_body(body, content_type)?;
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(super::protobuf::is_protobuf)
+    {
+        super::protobuf::decode_object_with_defaults(body, "", "")
+            .map_err(|e| ApiError::bad_request(e.to_string()))?
+    } else {
+        let content_type = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok());
+        objects::decode_body(body, content_type)?
+    };
     match (target.info.plural.as_str(), target.subresource.as_deref()) {
         ("pods", Some("binding")) => bind(state, target, query, &payload).await,
         ("pods", Some("eviction")) => evict(state, target, query, &payload).await,

@@ -15,11 +15,11 @@
 //! # How it works
 //!
 //! 1. The envelope is decoded with `k8s-pb`'s `runtime::Unknown`; its
-//!    `typeMeta` selects the message type from [`KINDS`].
+//!    `typeMeta` selects the message type from the `KINDS` table.
 //! 2. The object bytes are decoded with `prost` into the `k8s-pb` struct. Those
 //!    structs have no serde support, but prost derives `Debug` for every
 //!    message, printing field names, nested message type names, `Option`s,
-//!    lists and maps. That text is parsed back into a small tree ([`Dbg`]).
+//!    lists and maps. That text is parsed back into a small tree (`Dbg`).
 //! 3. The tree is walked alongside the JSON schema of the same kind from
 //!    `k8s-openapi` (its `schemars` implementation), which supplies the exact
 //!    JSON field names (`podIP`, `hostIPC`, `$ref`, `x-kubernetes-...`), which
@@ -32,7 +32,7 @@
 //! would produce, empty strings are dropped (except for required fields and a
 //! few pointer fields where `""` means something), empty lists and maps are
 //! dropped, and zero numbers / `false` are dropped for the non-pointer
-//! `omitempty` fields listed in [`ZERO_OMITTED`] and in `*Status` messages.
+//! `omitempty` fields listed in `ZERO_OMITTED` and in `*Status` messages.
 //! Everything else keeps its zero value, so an explicit `replicas: 0`,
 //! `runAsUser: 0` or `automountServiceAccountToken: false` survives.
 //! A zero `Time` (kube's `creationTimestamp: null`) is omitted.
@@ -134,10 +134,24 @@ pub fn is_registered(api_version: &str, kind: &str) -> bool {
 /// Decodes a Kubernetes protobuf body (`k8s\0` + `runtime.Unknown`) into the
 /// object's JSON, with `apiVersion` and `kind` set from the envelope.
 pub fn decode_object(body: &[u8]) -> Result<Value, ProtobufError> {
-    decode_nested(body, 0)
+    decode_nested(body, ("", ""), 0)
 }
 
-fn decode_nested(body: &[u8], embedded: usize) -> Result<Value, ProtobufError> {
+/// Like [`decode_object`], but an envelope with an empty `apiVersion` or
+/// `kind` takes the one the endpoint expects, as kube-apiserver does.
+pub fn decode_object_with_defaults(
+    body: &[u8],
+    api_version: &str,
+    kind: &str,
+) -> Result<Value, ProtobufError> {
+    decode_nested(body, (api_version, kind), 0)
+}
+
+fn decode_nested(
+    body: &[u8],
+    defaults: (&str, &str),
+    embedded: usize,
+) -> Result<Value, ProtobufError> {
     use prost::Message as _;
 
     let rest = body
@@ -146,8 +160,12 @@ fn decode_nested(body: &[u8], embedded: usize) -> Result<Value, ProtobufError> {
     let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(rest)
         .map_err(|e| ProtobufError::Envelope(e.to_string()))?;
     let type_meta = unknown.type_meta.unwrap_or_default();
-    let api_version = type_meta.api_version.unwrap_or_default();
-    let kind = type_meta.kind.unwrap_or_default();
+    let or_default = |value: Option<String>, default: &str| match value {
+        Some(v) if !v.is_empty() => v,
+        _ => default.to_owned(),
+    };
+    let api_version = or_default(type_meta.api_version, defaults.0);
+    let kind = or_default(type_meta.kind, defaults.1);
     if kind.is_empty() {
         return Err(ProtobufError::MissingKind);
     }
@@ -235,96 +253,110 @@ fn register_schema<S: JsonSchema>(generator: &mut SchemaGenerator) -> String {
     S::schema_name().into_owned()
 }
 
-macro_rules! kinds {
-    ($($api_version:literal $kind:literal => $pb:path, $openapi:path;)*) => {
-        &[$(KindEntry {
+/// An entry for a kind of `k8s.io/api`, which both crates mirror under
+/// `api::<group>::<version>::<Kind>`.
+macro_rules! api_kind {
+    ($api_version:literal, $group:ident::$version:ident::$kind:ident) => {
+        KindEntry {
             api_version: $api_version,
-            kind: $kind,
-            decode: print_message::<$pb>,
-            schema: register_schema::<$openapi>,
-        },)*]
+            kind: stringify!($kind),
+            decode: print_message::<k8s_pb::api::$group::$version::$kind>,
+            schema: register_schema::<k8s_openapi::api::$group::$version::$kind>,
+        }
     };
 }
 
 /// The kinds [`decode_object`] understands: every built-in kind the API server
 /// serves plus the request-only kinds kubectl sends (reviews, token requests,
 /// evictions, delete options).
-static KINDS: &[KindEntry] = {
-    use k8s_openapi::api as oa;
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as oa_ext;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1 as oa_meta;
-    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as oa_agg;
-    use k8s_pb::api as pb;
-    use k8s_pb::apiextensions_apiserver::pkg::apis::apiextensions::v1 as pb_ext;
-    use k8s_pb::apimachinery::pkg::apis::meta::v1 as pb_meta;
-    use k8s_pb::kube_aggregator::pkg::apis::apiregistration::v1 as pb_agg;
-    kinds! {
-        "v1" "Namespace" => pb::core::v1::Namespace, oa::core::v1::Namespace;
-        "v1" "Pod" => pb::core::v1::Pod, oa::core::v1::Pod;
-        "v1" "Service" => pb::core::v1::Service, oa::core::v1::Service;
-        "v1" "Endpoints" => pb::core::v1::Endpoints, oa::core::v1::Endpoints;
-        "v1" "ConfigMap" => pb::core::v1::ConfigMap, oa::core::v1::ConfigMap;
-        "v1" "Secret" => pb::core::v1::Secret, oa::core::v1::Secret;
-        "v1" "ServiceAccount" => pb::core::v1::ServiceAccount, oa::core::v1::ServiceAccount;
-        "v1" "Node" => pb::core::v1::Node, oa::core::v1::Node;
-        "v1" "Event" => pb::core::v1::Event, oa::core::v1::Event;
-        "v1" "ReplicationController" => pb::core::v1::ReplicationController, oa::core::v1::ReplicationController;
-        "v1" "PersistentVolumeClaim" => pb::core::v1::PersistentVolumeClaim, oa::core::v1::PersistentVolumeClaim;
-        "v1" "PersistentVolume" => pb::core::v1::PersistentVolume, oa::core::v1::PersistentVolume;
-        "v1" "LimitRange" => pb::core::v1::LimitRange, oa::core::v1::LimitRange;
-        "v1" "ResourceQuota" => pb::core::v1::ResourceQuota, oa::core::v1::ResourceQuota;
-        "v1" "PodTemplate" => pb::core::v1::PodTemplate, oa::core::v1::PodTemplate;
-        "v1" "Binding" => pb::core::v1::Binding, oa::core::v1::Binding;
-        "apps/v1" "Deployment" => pb::apps::v1::Deployment, oa::apps::v1::Deployment;
-        "apps/v1" "ReplicaSet" => pb::apps::v1::ReplicaSet, oa::apps::v1::ReplicaSet;
-        "apps/v1" "StatefulSet" => pb::apps::v1::StatefulSet, oa::apps::v1::StatefulSet;
-        "apps/v1" "DaemonSet" => pb::apps::v1::DaemonSet, oa::apps::v1::DaemonSet;
-        "apps/v1" "ControllerRevision" => pb::apps::v1::ControllerRevision, oa::apps::v1::ControllerRevision;
-        "batch/v1" "Job" => pb::batch::v1::Job, oa::batch::v1::Job;
-        "batch/v1" "CronJob" => pb::batch::v1::CronJob, oa::batch::v1::CronJob;
-        "autoscaling/v1" "Scale" => pb::autoscaling::v1::Scale, oa::autoscaling::v1::Scale;
-        "autoscaling/v1" "HorizontalPodAutoscaler" => pb::autoscaling::v1::HorizontalPodAutoscaler, oa::autoscaling::v1::HorizontalPodAutoscaler;
-        "autoscaling/v2" "HorizontalPodAutoscaler" => pb::autoscaling::v2::HorizontalPodAutoscaler, oa::autoscaling::v2::HorizontalPodAutoscaler;
-        "discovery.k8s.io/v1" "EndpointSlice" => pb::discovery::v1::EndpointSlice, oa::discovery::v1::EndpointSlice;
-        "coordination.k8s.io/v1" "Lease" => pb::coordination::v1::Lease, oa::coordination::v1::Lease;
-        "events.k8s.io/v1" "Event" => pb::events::v1::Event, oa::events::v1::Event;
-        "rbac.authorization.k8s.io/v1" "Role" => pb::rbac::v1::Role, oa::rbac::v1::Role;
-        "rbac.authorization.k8s.io/v1" "RoleBinding" => pb::rbac::v1::RoleBinding, oa::rbac::v1::RoleBinding;
-        "rbac.authorization.k8s.io/v1" "ClusterRole" => pb::rbac::v1::ClusterRole, oa::rbac::v1::ClusterRole;
-        "rbac.authorization.k8s.io/v1" "ClusterRoleBinding" => pb::rbac::v1::ClusterRoleBinding, oa::rbac::v1::ClusterRoleBinding;
-        "scheduling.k8s.io/v1" "PriorityClass" => pb::scheduling::v1::PriorityClass, oa::scheduling::v1::PriorityClass;
-        "policy/v1" "PodDisruptionBudget" => pb::policy::v1::PodDisruptionBudget, oa::policy::v1::PodDisruptionBudget;
-        "policy/v1" "Eviction" => pb::policy::v1::Eviction, oa::policy::v1::Eviction;
-        "networking.k8s.io/v1" "NetworkPolicy" => pb::networking::v1::NetworkPolicy, oa::networking::v1::NetworkPolicy;
-        "networking.k8s.io/v1" "Ingress" => pb::networking::v1::Ingress, oa::networking::v1::Ingress;
-        "networking.k8s.io/v1" "IngressClass" => pb::networking::v1::IngressClass, oa::networking::v1::IngressClass;
-        "networking.k8s.io/v1" "IPAddress" => pb::networking::v1::IPAddress, oa::networking::v1::IPAddress;
-        "networking.k8s.io/v1" "ServiceCIDR" => pb::networking::v1::ServiceCIDR, oa::networking::v1::ServiceCIDR;
-        "storage.k8s.io/v1" "StorageClass" => pb::storage::v1::StorageClass, oa::storage::v1::StorageClass;
-        "storage.k8s.io/v1" "CSIDriver" => pb::storage::v1::CSIDriver, oa::storage::v1::CSIDriver;
-        "storage.k8s.io/v1" "CSINode" => pb::storage::v1::CSINode, oa::storage::v1::CSINode;
-        "storage.k8s.io/v1" "CSIStorageCapacity" => pb::storage::v1::CSIStorageCapacity, oa::storage::v1::CSIStorageCapacity;
-        "storage.k8s.io/v1" "VolumeAttachment" => pb::storage::v1::VolumeAttachment, oa::storage::v1::VolumeAttachment;
-        "node.k8s.io/v1" "RuntimeClass" => pb::node::v1::RuntimeClass, oa::node::v1::RuntimeClass;
-        "certificates.k8s.io/v1" "CertificateSigningRequest" => pb::certificates::v1::CertificateSigningRequest, oa::certificates::v1::CertificateSigningRequest;
-        "authentication.k8s.io/v1" "TokenRequest" => pb::authentication::v1::TokenRequest, oa::authentication::v1::TokenRequest;
-        "authentication.k8s.io/v1" "TokenReview" => pb::authentication::v1::TokenReview, oa::authentication::v1::TokenReview;
-        "authentication.k8s.io/v1" "SelfSubjectReview" => pb::authentication::v1::SelfSubjectReview, oa::authentication::v1::SelfSubjectReview;
-        "authorization.k8s.io/v1" "SubjectAccessReview" => pb::authorization::v1::SubjectAccessReview, oa::authorization::v1::SubjectAccessReview;
-        "authorization.k8s.io/v1" "SelfSubjectAccessReview" => pb::authorization::v1::SelfSubjectAccessReview, oa::authorization::v1::SelfSubjectAccessReview;
-        "authorization.k8s.io/v1" "LocalSubjectAccessReview" => pb::authorization::v1::LocalSubjectAccessReview, oa::authorization::v1::LocalSubjectAccessReview;
-        "authorization.k8s.io/v1" "SelfSubjectRulesReview" => pb::authorization::v1::SelfSubjectRulesReview, oa::authorization::v1::SelfSubjectRulesReview;
-        "admissionregistration.k8s.io/v1" "MutatingWebhookConfiguration" => pb::admissionregistration::v1::MutatingWebhookConfiguration, oa::admissionregistration::v1::MutatingWebhookConfiguration;
-        "admissionregistration.k8s.io/v1" "ValidatingWebhookConfiguration" => pb::admissionregistration::v1::ValidatingWebhookConfiguration, oa::admissionregistration::v1::ValidatingWebhookConfiguration;
-        "admissionregistration.k8s.io/v1" "ValidatingAdmissionPolicy" => pb::admissionregistration::v1::ValidatingAdmissionPolicy, oa::admissionregistration::v1::ValidatingAdmissionPolicy;
-        "admissionregistration.k8s.io/v1" "ValidatingAdmissionPolicyBinding" => pb::admissionregistration::v1::ValidatingAdmissionPolicyBinding, oa::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
-        "flowcontrol.apiserver.k8s.io/v1" "FlowSchema" => pb::flowcontrol::v1::FlowSchema, oa::flowcontrol::v1::FlowSchema;
-        "flowcontrol.apiserver.k8s.io/v1" "PriorityLevelConfiguration" => pb::flowcontrol::v1::PriorityLevelConfiguration, oa::flowcontrol::v1::PriorityLevelConfiguration;
-        "apiextensions.k8s.io/v1" "CustomResourceDefinition" => pb_ext::CustomResourceDefinition, oa_ext::CustomResourceDefinition;
-        "apiregistration.k8s.io/v1" "APIService" => pb_agg::APIService, oa_agg::APIService;
-        "" "DeleteOptions" => pb_meta::DeleteOptions, oa_meta::DeleteOptions;
-    }
-};
+static KINDS: &[KindEntry] = &[
+    api_kind!("v1", core::v1::Namespace),
+    api_kind!("v1", core::v1::Pod),
+    api_kind!("v1", core::v1::Service),
+    api_kind!("v1", core::v1::Endpoints),
+    api_kind!("v1", core::v1::ConfigMap),
+    api_kind!("v1", core::v1::Secret),
+    api_kind!("v1", core::v1::ServiceAccount),
+    api_kind!("v1", core::v1::Node),
+    api_kind!("v1", core::v1::Event),
+    api_kind!("v1", core::v1::ReplicationController),
+    api_kind!("v1", core::v1::PersistentVolumeClaim),
+    api_kind!("v1", core::v1::PersistentVolume),
+    api_kind!("v1", core::v1::LimitRange),
+    api_kind!("v1", core::v1::ResourceQuota),
+    api_kind!("v1", core::v1::PodTemplate),
+    api_kind!("v1", core::v1::Binding),
+    api_kind!("apps/v1", apps::v1::Deployment),
+    api_kind!("apps/v1", apps::v1::ReplicaSet),
+    api_kind!("apps/v1", apps::v1::StatefulSet),
+    api_kind!("apps/v1", apps::v1::DaemonSet),
+    api_kind!("apps/v1", apps::v1::ControllerRevision),
+    api_kind!("batch/v1", batch::v1::Job),
+    api_kind!("batch/v1", batch::v1::CronJob),
+    api_kind!("autoscaling/v1", autoscaling::v1::Scale),
+    api_kind!("autoscaling/v1", autoscaling::v1::HorizontalPodAutoscaler),
+    api_kind!("autoscaling/v2", autoscaling::v2::HorizontalPodAutoscaler),
+    api_kind!("discovery.k8s.io/v1", discovery::v1::EndpointSlice),
+    api_kind!("coordination.k8s.io/v1", coordination::v1::Lease),
+    api_kind!("events.k8s.io/v1", events::v1::Event),
+    api_kind!("rbac.authorization.k8s.io/v1", rbac::v1::Role),
+    api_kind!("rbac.authorization.k8s.io/v1", rbac::v1::RoleBinding),
+    api_kind!("rbac.authorization.k8s.io/v1", rbac::v1::ClusterRole),
+    api_kind!("rbac.authorization.k8s.io/v1", rbac::v1::ClusterRoleBinding),
+    api_kind!("scheduling.k8s.io/v1", scheduling::v1::PriorityClass),
+    api_kind!("policy/v1", policy::v1::PodDisruptionBudget),
+    api_kind!("policy/v1", policy::v1::Eviction),
+    api_kind!("networking.k8s.io/v1", networking::v1::NetworkPolicy),
+    api_kind!("networking.k8s.io/v1", networking::v1::Ingress),
+    api_kind!("networking.k8s.io/v1", networking::v1::IngressClass),
+    api_kind!("networking.k8s.io/v1", networking::v1::IPAddress),
+    api_kind!("networking.k8s.io/v1", networking::v1::ServiceCIDR),
+    api_kind!("storage.k8s.io/v1", storage::v1::StorageClass),
+    api_kind!("storage.k8s.io/v1", storage::v1::CSIDriver),
+    api_kind!("storage.k8s.io/v1", storage::v1::CSINode),
+    api_kind!("storage.k8s.io/v1", storage::v1::CSIStorageCapacity),
+    api_kind!("storage.k8s.io/v1", storage::v1::VolumeAttachment),
+    api_kind!("node.k8s.io/v1", node::v1::RuntimeClass),
+    api_kind!("certificates.k8s.io/v1", certificates::v1::CertificateSigningRequest),
+    api_kind!("authentication.k8s.io/v1", authentication::v1::TokenRequest),
+    api_kind!("authentication.k8s.io/v1", authentication::v1::TokenReview),
+    api_kind!("authentication.k8s.io/v1", authentication::v1::SelfSubjectReview),
+    api_kind!("authorization.k8s.io/v1", authorization::v1::SubjectAccessReview),
+    api_kind!("authorization.k8s.io/v1", authorization::v1::SelfSubjectAccessReview),
+    api_kind!("authorization.k8s.io/v1", authorization::v1::LocalSubjectAccessReview),
+    api_kind!("authorization.k8s.io/v1", authorization::v1::SelfSubjectRulesReview),
+    api_kind!("admissionregistration.k8s.io/v1", admissionregistration::v1::MutatingWebhookConfiguration),
+    api_kind!("admissionregistration.k8s.io/v1", admissionregistration::v1::ValidatingWebhookConfiguration),
+    api_kind!("admissionregistration.k8s.io/v1", admissionregistration::v1::ValidatingAdmissionPolicy),
+    api_kind!("admissionregistration.k8s.io/v1", admissionregistration::v1::ValidatingAdmissionPolicyBinding),
+    api_kind!("flowcontrol.apiserver.k8s.io/v1", flowcontrol::v1::FlowSchema),
+    api_kind!("flowcontrol.apiserver.k8s.io/v1", flowcontrol::v1::PriorityLevelConfiguration),
+    KindEntry {
+        api_version: "apiextensions.k8s.io/v1",
+        kind: "CustomResourceDefinition",
+        decode: print_message::<
+            k8s_pb::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        >,
+        schema: register_schema::<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        >,
+    },
+    KindEntry {
+        api_version: "apiregistration.k8s.io/v1",
+        kind: "APIService",
+        decode: print_message::<k8s_pb::kube_aggregator::pkg::apis::apiregistration::v1::APIService>,
+        schema: register_schema::<
+            k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService,
+        >,
+    },
+    // Sent under the apiVersion of whichever group the request is for.
+    KindEntry {
+        api_version: "",
+        kind: "DeleteOptions",
+        decode: print_message::<k8s_pb::apimachinery::pkg::apis::meta::v1::DeleteOptions>,
+        schema: register_schema::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>,
+    },
+];
 
 fn find_kind(api_version: &str, kind: &str) -> Option<usize> {
     KINDS.iter().position(|entry| {
@@ -1143,7 +1175,7 @@ impl Converter<'_> {
             if self.embedded >= MAX_EMBEDDED {
                 return Err("embedded objects nested too deeply".into());
             }
-            return decode_nested(raw, self.embedded + 1)
+            return decode_nested(raw, ("", ""), self.embedded + 1)
                 .map(Some)
                 .map_err(|e| format!("embedded object: {e}"));
         }

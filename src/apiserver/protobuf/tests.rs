@@ -1175,6 +1175,14 @@ fn errors() {
     );
     let err = decode_object(&unknown(None, &[], "", "")).expect_err("no kind");
     assert!(matches!(err, ProtobufError::MissingKind));
+    // The endpoint's kind fills an empty envelope, as in kube-apiserver.
+    let raw = config_map.encode_to_vec();
+    let defaulted = decode_object_with_defaults(&unknown(None, &raw, "", ""), "v1", "ConfigMap")
+        .expect("defaults");
+    assert_eq!(defaulted["kind"], "ConfigMap");
+    assert_eq!(defaulted["data"], json!({"a": "1"}));
+    let explicit = decode_object_with_defaults(&good, "apps/v1", "Deployment").expect("explicit");
+    assert_eq!(explicit["kind"], "ConfigMap");
 
     // Encodings and content types we do not handle.
     let err =
