@@ -1258,16 +1258,7 @@ fn time(seconds: Option<&Dbg>, nanos: Option<Option<&Dbg>>) -> Result<Option<Val
 fn civil(unix: i64) -> (i64, u32, u32, u32, u32, u32) {
     let days = unix.div_euclid(86_400);
     let secs = unix.rem_euclid(86_400);
-    // Howard Hinnant's days_from_civil inverse.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = crate::apiserver::table::duration::civil_from_days(days);
     // All of these are small and non-negative by construction.
     let small = |v: i64| u32::try_from(v).unwrap_or(0);
     (

@@ -222,7 +222,9 @@ fn write_go_json(v: &Value, out: &mut String) {
     }
 }
 
-fn write_go_json_string(s: &str, out: &mut String) {
+/// Go's `encoding/json` encoding of a string (HTML-safe escaping included); shared by
+/// every place that must print values the way kube-apiserver does.
+pub(crate) fn write_go_json_string(s: &str, out: &mut String) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -231,6 +233,8 @@ fn write_go_json_string(s: &str, out: &mut String) {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
             '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
                 out.push_str(&format!("\\u{:04x}", c as u32));
             }

@@ -16,7 +16,7 @@
 
 mod columns;
 pub mod duration;
-mod format;
+pub(crate) mod format;
 pub mod jsonpath;
 mod printers;
 
