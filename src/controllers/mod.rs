@@ -5,6 +5,7 @@
 //! Running today: the namespace controller (empties a deleted namespace, then
 //! releases it). The workload controllers follow in their own files.
 
+pub mod events;
 pub mod namespace;
 
 use std::time::Duration;
