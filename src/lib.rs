@@ -7,4 +7,5 @@ pub mod apiserver;
 pub mod cli;
 pub mod controllers;
 pub mod pki;
+pub mod scheduler;
 pub mod store;

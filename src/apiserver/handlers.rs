@@ -1098,7 +1098,12 @@ where
                 "the name of the object ({new_name}) does not match the name on the URL ({name})"
             )));
         }
-        merge_for_update(info, &old, &mut new, status_only);
+        // A binding sets spec.nodeName and the PodScheduled condition together.
+        if target.subresource.as_deref() == Some("binding") {
+            metadata_mut(&mut new);
+        } else {
+            merge_for_update(info, &old, &mut new, status_only);
+        }
         if !status_only {
             objects::apply_defaults(info, &mut new);
             if tracks_generation(info) && spec_changed(&old, &new) {

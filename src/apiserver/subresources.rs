@@ -69,7 +69,7 @@ async fn bind(state: &AppState, target: &Target, query: &Query, binding: &Value)
         ));
     }
     let mut pod_target = target.clone();
-    pod_target.subresource = None;
+    pod_target.subresource = Some("binding".into());
     update_with(state, &pod_target, query, false, |old| {
         let current = old.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
         if !current.is_empty() {

@@ -135,6 +135,12 @@ async fn serve(config: ServerConfig, prepared: Prepared) -> anyhow::Result<()> {
             .context("building the controller-manager's client")?;
         tokio::spawn(crate::controllers::run(client));
     }
+    if !config.disable_scheduler {
+        let client = component_client(&prepared, "client-scheduler", &local_url)
+            .await
+            .context("building the scheduler's client")?;
+        tokio::spawn(crate::scheduler::run(client));
+    }
     tracing::info!(
         address = %server.local_addr,
         kubeconfig = %prepared.kubeconfig.display(),

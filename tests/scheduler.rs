@@ -1,0 +1,426 @@
+//! The scheduler against the real API server, with fake nodes: Node objects created
+//! through the API by the test (no kubelet). The scheduler runs in-process with the
+//! admin client; the tests create pods and watch where they land, which events are
+//! written and which conditions are set.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::{Value, json};
+use support::Server;
+
+use k3rs::scheduler;
+
+async fn client(server: &Server) -> kube::Client {
+    let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).expect("read kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// Starts a server and the scheduler in-process.
+async fn setup() -> (Server, kube::Client) {
+    let server = Server::start_with(&["--disable-scheduler"]);
+    let client = client(&server).await;
+    tokio::spawn(scheduler::run(client.clone()));
+    (server, client)
+}
+
+/// Creates a Ready fake node with allocatable resources, labels and taints.
+async fn fake_node(
+    client: &kube::Client,
+    name: &str,
+    cpu: &str,
+    memory: &str,
+    labels: Value,
+    taints: Value,
+) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut all_labels = json!({"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"});
+    if let (Some(all), Some(extra)) = (all_labels.as_object_mut(), labels.as_object()) {
+        all.extend(extra.clone());
+    }
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": all_labels},
+        "spec": {"taints": taints},
+    }))
+    .expect("node");
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("create node");
+    let status = json!({"status": {
+        "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
+        "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "fake node", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    }});
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("node status");
+}
+
+async fn create_pod(client: &kube::Client, name: &str, cpu: &str, extra_spec: Value) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut spec = json!({"containers": [{"name": "c", "image": "pause",
+        "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]});
+    if let (Some(s), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
+        s.extend(extra.clone());
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+}
+
+/// Polls `f` until it returns Some, or panics after `timeout`.
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn node_of(client: &kube::Client, pod: &str) -> Option<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.get(pod)
+        .await
+        .ok()?
+        .spec?
+        .node_name
+        .filter(|n| !n.is_empty())
+}
+
+async fn wait_bound(client: &kube::Client, pod: &str) -> String {
+    eventually(
+        &format!("{pod} to be bound"),
+        Duration::from_secs(30),
+        || node_of(client, pod),
+    )
+    .await
+}
+
+async fn events_for(client: &kube::Client, pod: &str, reason: &str) -> Vec<Event> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    events
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(pod) && e.reason.as_deref() == Some(reason)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_are_bound_spread_and_get_scheduled_events() {
+    let (_server, client) = setup().await;
+    for n in ["node-a", "node-b", "node-c"] {
+        fake_node(&client, n, "4", "8Gi", json!({}), json!([])).await;
+    }
+    for i in 0..6 {
+        create_pod(&client, &format!("web-{i}"), "500m", json!({})).await;
+    }
+    let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..6 {
+        *per_node
+            .entry(wait_bound(&client, &format!("web-{i}")).await)
+            .or_default() += 1;
+    }
+    assert_eq!(
+        per_node,
+        BTreeMap::from([
+            ("node-a".into(), 2),
+            ("node-b".into(), 2),
+            ("node-c".into(), 2)
+        ]),
+        "least-allocated spreads equal pods evenly"
+    );
+    let node = node_of(&client, "web-0").await.expect("node");
+    let events = eventually("a Scheduled event", Duration::from_secs(10), || async {
+        let e = events_for(&client, "web-0", "Scheduled").await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert_eq!(
+        events[0].message.as_deref(),
+        Some(format!("Successfully assigned default/web-0 to {node}").as_str())
+    );
+    assert_eq!(events[0].type_.as_deref(), Some("Normal"));
+    assert_eq!(
+        events[0]
+            .source
+            .as_ref()
+            .and_then(|s| s.component.as_deref()),
+        Some("default-scheduler")
+    );
+    // The scheduler holds the leader lease.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "kube-system");
+    let lease = leases.get("kube-scheduler").await.expect("lease");
+    let spec = lease.spec.expect("lease spec");
+    assert!(spec.holder_identity.is_some_and(|h| !h.is_empty()));
+    assert_eq!(spec.lease_duration_seconds, Some(15));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_selector_affinity_and_taints_place_pods() {
+    let (_server, client) = setup().await;
+    fake_node(
+        &client,
+        "ssd",
+        "4",
+        "8Gi",
+        json!({"disk": "ssd"}),
+        json!([]),
+    )
+    .await;
+    fake_node(
+        &client,
+        "gpu",
+        "4",
+        "8Gi",
+        json!({"accelerator": "gpu"}),
+        json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]),
+    )
+    .await;
+    fake_node(&client, "plain", "4", "8Gi", json!({}), json!([])).await;
+
+    create_pod(
+        &client,
+        "wants-ssd",
+        "100m",
+        json!({"nodeSelector": {"disk": "ssd"}}),
+    )
+    .await;
+    create_pod(
+        &client,
+        "gpu-job",
+        "100m",
+        json!({
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "accelerator", "operator": "In", "values": ["gpu"]}]}]}}}
+        }),
+    )
+    .await;
+    create_pod(
+        &client,
+        "not-ssd",
+        "100m",
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "disk", "operator": "DoesNotExist"}]}]}}}}),
+    )
+    .await;
+    for i in 0..4 {
+        create_pod(&client, &format!("any-{i}"), "100m", json!({})).await;
+    }
+    assert_eq!(wait_bound(&client, "wants-ssd").await, "ssd");
+    assert_eq!(wait_bound(&client, "gpu-job").await, "gpu");
+    // DoesNotExist excludes ssd, and the taint excludes gpu.
+    assert_eq!(wait_bound(&client, "not-ssd").await, "plain");
+    for i in 0..4 {
+        let node = wait_bound(&client, &format!("any-{i}")).await;
+        assert_ne!(node, "gpu", "any-{i} landed on the tainted node");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_big_pod_is_unschedulable_then_scheduled_when_a_node_fits() {
+    let (_server, client) = setup().await;
+    fake_node(
+        &client,
+        "server",
+        "4",
+        "8Gi",
+        json!({"node-role.kubernetes.io/control-plane": "true"}),
+        json!([{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]),
+    )
+    .await;
+    fake_node(&client, "agent-1", "2", "4Gi", json!({}), json!([])).await;
+    fake_node(&client, "agent-2", "2", "4Gi", json!({}), json!([])).await;
+    create_pod(&client, "huge", "3", json!({})).await;
+
+    let expected = "0/3 nodes are available: 1 node(s) had untolerated taint \
+        {node-role.kubernetes.io/control-plane: }, 2 Insufficient cpu. preemption: 0/3 nodes \
+        are available: 1 Preemption is not helpful for scheduling, 2 No preemption victims \
+        found for incoming pod.";
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let condition = eventually("PodScheduled=False", Duration::from_secs(20), || async {
+        pods.get("huge")
+            .await
+            .ok()?
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+    })
+    .await;
+    assert_eq!(condition.reason.as_deref(), Some("Unschedulable"));
+    assert_eq!(condition.message.as_deref(), Some(expected));
+    let events = eventually(
+        "a FailedScheduling event",
+        Duration::from_secs(10),
+        || async {
+            let e = events_for(&client, "huge", "FailedScheduling").await;
+            (!e.is_empty()).then_some(e)
+        },
+    )
+    .await;
+    assert_eq!(events[0].message.as_deref(), Some(expected));
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    assert!(node_of(&client, "huge").await.is_none());
+
+    // A node big enough appears: the pod is retried at once and bound there.
+    fake_node(&client, "big", "8", "16Gi", json!({}), json!([])).await;
+    assert_eq!(wait_bound(&client, "huge").await, "big");
+    // The binding replaced the condition: PodScheduled is now True.
+    let conditions = pods
+        .get("huge")
+        .await
+        .expect("pod")
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default();
+    let scheduled = conditions
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")
+        .expect("PodScheduled condition");
+    assert_eq!(scheduled.status, "True", "{conditions:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_of_bound_pods_are_accounted() {
+    let (_server, client) = setup().await;
+    fake_node(&client, "small", "1", "2Gi", json!({}), json!([])).await;
+    for i in 0..3 {
+        create_pod(&client, &format!("half-{i}"), "500m", json!({})).await;
+    }
+    // Two fit, the third does not: 1 cpu allocatable.
+    let mut bound = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        bound = 0;
+        for i in 0..3 {
+            if node_of(&client, &format!("half-{i}")).await.is_some() {
+                bound += 1;
+            }
+        }
+        if bound == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(bound, 2);
+    let unbound = {
+        let mut name = None;
+        for i in 0..3 {
+            let n = format!("half-{i}");
+            if node_of(&client, &n).await.is_none() {
+                name = Some(n);
+            }
+        }
+        name.expect("one pod left pending")
+    };
+    let events = eventually(
+        "a FailedScheduling event",
+        Duration::from_secs(10),
+        || async {
+            let e = events_for(&client, &unbound, "FailedScheduling").await;
+            (!e.is_empty()).then_some(e)
+        },
+    )
+    .await;
+    assert_eq!(
+        events[0].message.as_deref(),
+        Some(
+            "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: \
+             1 No preemption victims found for incoming pod."
+        )
+    );
+    // Deleting a bound pod frees room: the pending one is bound.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let victim = (0..3)
+        .map(|i| format!("half-{i}"))
+        .find(|n| *n != unbound)
+        .expect("a bound pod");
+    pods.delete(&victim, &kube::api::DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete");
+    assert_eq!(wait_bound(&client, &unbound).await, "small");
+}
+
+async fn lease_holder(client: &kube::Client) -> Option<String> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "kube-system");
+    leases
+        .get("kube-scheduler")
+        .await
+        .ok()?
+        .spec?
+        .holder_identity
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_lease_holder_schedules_and_a_standby_takes_over() {
+    let server = Server::start_with(&["--disable-scheduler"]);
+    let client = client(&server).await;
+    let config = |identity: &str| {
+        let mut c = scheduler::Config::default();
+        c.leader.identity = identity.into();
+        c.leader.lease_duration = Duration::from_secs(2);
+        c.leader.renew_deadline = Duration::from_millis(1500);
+        c.leader.retry_period = Duration::from_millis(200);
+        c
+    };
+    let first = tokio::spawn(scheduler::run_with(client.clone(), config("first")));
+    eventually("first to lead", Duration::from_secs(10), || async {
+        (lease_holder(&client).await.as_deref() == Some("first")).then_some(())
+    })
+    .await;
+    let second = tokio::spawn(scheduler::run_with(client.clone(), config("second")));
+    fake_node(&client, "n1", "4", "8Gi", json!({}), json!([])).await;
+    create_pod(&client, "before", "100m", json!({})).await;
+    wait_bound(&client, "before").await;
+    // The standby did not steal the lease while the leader renews it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(lease_holder(&client).await.as_deref(), Some("first"));
+
+    // The leader stops; the standby acquires the expired lease and schedules.
+    first.abort();
+    eventually("second to lead", Duration::from_secs(15), || async {
+        (lease_holder(&client).await.as_deref() == Some("second")).then_some(())
+    })
+    .await;
+    create_pod(&client, "after", "100m", json!({})).await;
+    assert_eq!(wait_bound(&client, "after").await, "n1");
+    let events = events_for(&client, "before", "Scheduled").await;
+    assert_eq!(events.len(), 1, "bound once: {events:?}");
+    second.abort();
+}
