@@ -3,16 +3,24 @@
 //! `system:kube-controller-manager` identity; none may touch `store`.
 //!
 //! Running today: the namespace controller (empties a deleted namespace, then
-//! releases it). The workload controllers follow in their own files.
+//! releases it), the ReplicaSet controller (pods to match replicas, adoption,
+//! status) and the Deployment controller (template-hash ReplicaSets, rolling
+//! updates and Recreate, revisions, conditions). `workload.rs` holds what the
+//! workload controllers share; `events.rs` the event recorder.
 
+pub mod deployment;
 pub mod events;
 pub mod namespace;
+pub mod replicaset;
+pub mod workload;
 
 use std::time::Duration;
 
 /// Runs every controller until the process ends.
 pub async fn run(client: kube::Client) {
     let namespaces = tokio::spawn(namespace::run(client.clone()));
+    tokio::spawn(replicaset::run(client.clone()));
+    tokio::spawn(deployment::run(client.clone()));
     if let Err(e) = namespaces.await {
         tracing::error!(error = %e, "namespace controller stopped");
     }

@@ -1,0 +1,566 @@
+//! ReplicaSet controller: keeps `spec.replicas` active Pods for every ReplicaSet.
+//!
+//! Pods are created from `spec.template` with generateName `<rs>-` and a controlling
+//! ownerReference (`controller: true`, `blockOwnerDeletion: true`); surplus pods are
+//! deleted, not-ready / pending / newer ones first (kube's `ActivePods` ranking in a
+//! simplified form). Orphan pods matching the selector are adopted, owned pods that
+//! stopped matching are released. Status carries replicas, fullyLabeledReplicas,
+//! readyReplicas, availableReplicas (minReadySeconds) and observedGeneration, written
+//! through `/status`. `SuccessfulCreate` / `SuccessfulDelete` events are recorded.
+//!
+//! Creates and deletes are remembered as "expectations" until the API shows them, so
+//! a list that lags behind our own writes never makes us create or delete twice.
+//! Talks only to the API (kube-rs), never to the store.
+
+use std::cmp::Reverse;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use serde_json::json;
+use tokio::sync::Mutex;
+
+use super::RETRY;
+use super::events::{EventType, Recorder, reference};
+use super::workload::{
+    ReconcileError, availability, controller_of, controller_ref, is_active, is_ready, ready_since,
+    selector_matches,
+};
+
+/// At most this many pods are created or deleted in one reconcile (kube's burstReplicas).
+const BURST: usize = 500;
+/// Pending expectations older than this are forgotten (a lost watch event must not
+/// stall the ReplicaSet forever).
+const EXPECTATION_TTL: Duration = Duration::from_secs(30);
+
+/// Creates and deletes issued for one ReplicaSet and not yet seen in a pod list.
+#[derive(Default)]
+struct Expectation {
+    creates: HashSet<String>,
+    deletes: HashSet<String>,
+    since: Option<Instant>,
+}
+
+struct Context {
+    client: kube::Client,
+    recorder: Recorder,
+    /// Keyed by ReplicaSet uid.
+    expectations: Mutex<HashMap<String, Expectation>>,
+}
+
+/// Runs the ReplicaSet controller until the process ends.
+pub async fn run(client: kube::Client) {
+    let replicasets: Api<ReplicaSet> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::all(client.clone());
+    let controller = Controller::new(replicasets, watcher::Config::default());
+    let store = controller.store();
+    let context = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), "replicaset-controller"),
+        client,
+        expectations: Mutex::default(),
+    });
+    controller
+        .watches(pods, watcher::Config::default(), move |pod: Pod| {
+            replicasets_for(&store, &pod)
+        })
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "replicaset reconcile failed");
+            }
+        })
+        .await;
+}
+
+/// The ReplicaSets a pod event concerns: its controller, or (for an orphan) every
+/// ReplicaSet in its namespace whose selector matches it.
+fn replicasets_for(store: &Store<ReplicaSet>, pod: &Pod) -> Vec<ObjectRef<ReplicaSet>> {
+    let Some(namespace) = pod.metadata.namespace.as_deref() else {
+        return Vec::new();
+    };
+    if let Some(owner) = controller_of(&pod.metadata) {
+        if owner.kind == "ReplicaSet" && owner.api_version.starts_with("apps/") {
+            return vec![ObjectRef::new(&owner.name).within(namespace)];
+        }
+        return Vec::new();
+    }
+    store
+        .state()
+        .iter()
+        .filter(|rs| rs.metadata.namespace.as_deref() == Some(namespace))
+        .filter(|rs| {
+            selector_matches(
+                &rs.spec
+                    .as_ref()
+                    .map(|s| s.selector.clone())
+                    .unwrap_or_default(),
+                pod.metadata.labels.as_ref(),
+            )
+        })
+        .map(|rs| ObjectRef::from_obj(rs.as_ref()))
+        .collect()
+}
+
+fn error_policy(rs: Arc<ReplicaSet>, error: &ReconcileError, _: Arc<Context>) -> Action {
+    tracing::warn!(replicaset = %rs.name_any(), namespace = ?rs.namespace(), error = %error, "replicaset sync failed; retrying");
+    Action::requeue(RETRY)
+}
+
+/// Ordering of pods for deletion: the first ones are deleted first. Unassigned before
+/// assigned, Pending before Unknown before Running, not ready before ready, ready for
+/// less time before longer, more restarts first, newer before older.
+type DeletionRank = (bool, u8, bool, i64, Reverse<i32>, Reverse<i64>);
+
+fn deletion_rank(pod: &Pod) -> DeletionRank {
+    let assigned = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let phase = match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        Some("Pending") | None => 0,
+        Some("Running") => 2,
+        _ => 1,
+    };
+    let ready_for = ready_since(pod);
+    let restarts = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map(|cs| cs.iter().map(|c| c.restart_count).max().unwrap_or(0))
+        .unwrap_or(0);
+    let created = pod
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .unwrap_or(0);
+    (
+        assigned,
+        phase,
+        ready_for.is_some(),
+        ready_for.unwrap_or(0),
+        Reverse(restarts),
+        Reverse(created),
+    )
+}
+
+/// Chooses which `count` pods to delete.
+fn pods_to_delete(pods: &[&Pod], count: usize) -> Vec<String> {
+    let mut ranked: Vec<&&Pod> = pods.iter().collect();
+    ranked.sort_by_key(|p| deletion_rank(p));
+    ranked
+        .into_iter()
+        .take(count)
+        .filter_map(|p| p.metadata.name.clone())
+        .collect()
+}
+
+/// Whether pod labels include every label of the template (fullyLabeledReplicas).
+fn fully_labeled(rs: &ReplicaSet, pod: &Pod) -> bool {
+    let template_labels = rs
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.as_ref())
+        .and_then(|t| t.metadata.as_ref())
+        .and_then(|m| m.labels.as_ref());
+    let Some(template_labels) = template_labels else {
+        return true;
+    };
+    let labels = pod.metadata.labels.as_ref();
+    template_labels
+        .iter()
+        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+}
+
+async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let namespace = rs.namespace().context("replicaset has no namespace")?;
+    let name = rs.name_any();
+    let uid = rs.uid().context("replicaset has no uid")?;
+    let spec = rs.spec.clone().unwrap_or_default();
+    let selector = spec.selector.clone();
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let list = pods_api
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("listing pods in {namespace} for replicaset {name}"))?;
+    let terminating = rs.metadata.deletion_timestamp.is_some();
+
+    // Claim: keep matching owned pods, release non-matching ones, adopt orphans.
+    let mut owned: Vec<Pod> = Vec::new();
+    for pod in list.items {
+        let matches = selector_matches(&selector, pod.metadata.labels.as_ref());
+        match controller_of(&pod.metadata) {
+            Some(owner) if owner.uid == uid => {
+                if matches {
+                    owned.push(pod);
+                } else if let Err(e) = release(&pods_api, &pod, &uid).await {
+                    tracing::warn!(pod = %pod.name_any(), error = %e, "could not release pod");
+                }
+            }
+            Some(_) => {}
+            None => {
+                if matches && !terminating && pod.metadata.deletion_timestamp.is_none() {
+                    match adopt(&pods_api, &pod, rs.as_ref()).await {
+                        Ok(adopted) => owned.push(adopted),
+                        Err(e) => {
+                            tracing::debug!(pod = %pod.name_any(), error = %e, "could not adopt pod")
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let active: Vec<&Pod> = owned.iter().filter(|p| is_active(p)).collect();
+
+    // Expectations: wait until our own earlier writes are visible.
+    let satisfied = {
+        let mut expectations = ctx.expectations.lock().await;
+        let entry = expectations.entry(uid.clone()).or_default();
+        let present: HashSet<&str> = owned
+            .iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .collect();
+        let live: HashSet<&str> = active
+            .iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .collect();
+        entry.creates.retain(|n| !present.contains(n.as_str()));
+        entry.deletes.retain(|n| live.contains(n.as_str()));
+        let expired = entry.since.is_some_and(|t| t.elapsed() > EXPECTATION_TTL);
+        if expired || (entry.creates.is_empty() && entry.deletes.is_empty()) {
+            expectations.remove(&uid);
+            true
+        } else {
+            false
+        }
+    };
+
+    let desired = usize::try_from(spec.replicas.unwrap_or(1).max(0)).unwrap_or(0);
+    if satisfied && !terminating {
+        if active.len() < desired {
+            let count = (desired - active.len()).min(BURST);
+            create_pods(&ctx, rs.as_ref(), &pods_api, count).await?;
+        } else if active.len() > desired {
+            let count = (active.len() - desired).min(BURST);
+            let victims = pods_to_delete(&active, count);
+            delete_pods(&ctx, rs.as_ref(), &pods_api, victims).await?;
+        }
+    }
+
+    // Status, from the pods as listed.
+    let min_ready = spec.min_ready_seconds.unwrap_or(0);
+    let mut ready = 0;
+    let mut available = 0;
+    let mut next_check: Option<Duration> = None;
+    for pod in &active {
+        if is_ready(pod) {
+            ready += 1;
+        }
+        match availability(pod, min_ready) {
+            Ok(()) => available += 1,
+            Err(Some(wait)) => {
+                next_check = Some(next_check.map_or(wait, |n| n.min(wait)));
+            }
+            Err(None) => {}
+        }
+    }
+    let fully = active.iter().filter(|p| fully_labeled(&rs, p)).count();
+    let current = rs.status.clone().unwrap_or_default();
+    let status = json!({
+        "replicas": active.len(),
+        "fullyLabeledReplicas": fully,
+        "readyReplicas": ready,
+        "availableReplicas": available,
+        "observedGeneration": rs.metadata.generation.unwrap_or(0),
+    });
+    let unchanged = current.replicas as usize == active.len()
+        && current.fully_labeled_replicas.unwrap_or(0) as usize == fully
+        && current.ready_replicas.unwrap_or(0) == ready
+        && current.available_replicas.unwrap_or(0) == available
+        && current.observed_generation == rs.metadata.generation;
+    if !unchanged {
+        let api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &namespace);
+        match api
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Action::await_change()),
+            Err(e) => {
+                return Err(anyhow::Error::new(e)
+                    .context(format!("writing status of replicaset {namespace}/{name}"))
+                    .into());
+            }
+        }
+    }
+    if !satisfied {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    Ok(match next_check {
+        Some(wait) => Action::requeue(wait + Duration::from_millis(100)),
+        None => Action::await_change(),
+    })
+}
+
+/// Records an event in the background: with thousands of pods, waiting for each
+/// Event write would throttle pod creation.
+fn emit(
+    ctx: &Context,
+    object: &ObjectReference,
+    kind: EventType,
+    reason: &'static str,
+    message: String,
+) {
+    let recorder = ctx.recorder.clone();
+    let object = object.clone();
+    tokio::spawn(async move { recorder.record(&object, kind, reason, &message).await });
+}
+
+/// Creates `count` pods from the template, in doubling batches (1, 2, 4, ...) so a
+/// failing create (quota, admission) fails fast instead of `count` times.
+async fn create_pods(
+    ctx: &Context,
+    rs: &ReplicaSet,
+    pods_api: &Api<Pod>,
+    count: usize,
+) -> anyhow::Result<()> {
+    let name = rs.name_any();
+    let uid = rs.uid().unwrap_or_default();
+    let owner = controller_ref(rs).context("replicaset without name or uid")?;
+    let template = rs
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.clone())
+        .context("replicaset has no pod template")?;
+    let template_meta = template.metadata.unwrap_or_default();
+    let pod = Pod {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{name}-")),
+            namespace: rs.namespace(),
+            labels: template_meta.labels,
+            annotations: template_meta.annotations,
+            finalizers: template_meta.finalizers,
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: template.spec,
+        status: None,
+    };
+    let object = reference(rs);
+    let mut remaining = count;
+    let mut batch = 1usize;
+    while remaining > 0 {
+        let size = batch.min(remaining);
+        let params = PostParams::default();
+        let results: Vec<kube::Result<Pod>> = futures_util::stream::iter(0..size)
+            .map(|_| pods_api.create(&params, &pod))
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        let mut failure = None;
+        for result in results {
+            match result {
+                Ok(created) => {
+                    let pod_name = created.name_any();
+                    {
+                        let mut expectations = ctx.expectations.lock().await;
+                        let entry = expectations.entry(uid.clone()).or_default();
+                        entry.creates.insert(pod_name.clone());
+                        entry.since = Some(Instant::now());
+                    }
+                    emit(
+                        ctx,
+                        &object,
+                        EventType::Normal,
+                        "SuccessfulCreate",
+                        format!("Created pod: {pod_name}"),
+                    );
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        if let Some(e) = failure {
+            emit(
+                ctx,
+                &object,
+                EventType::Warning,
+                "FailedCreate",
+                format!("Error creating: {e}"),
+            );
+            return Err(
+                anyhow::Error::new(e).context(format!("creating pods for replicaset {name}"))
+            );
+        }
+        remaining -= size;
+        batch *= 2;
+    }
+    tracing::debug!(replicaset = %name, count, "created pods");
+    Ok(())
+}
+
+async fn delete_pods(
+    ctx: &Context,
+    rs: &ReplicaSet,
+    pods_api: &Api<Pod>,
+    victims: Vec<String>,
+) -> anyhow::Result<()> {
+    let name = rs.name_any();
+    let uid = rs.uid().unwrap_or_default();
+    let object = reference(rs);
+    {
+        let mut expectations = ctx.expectations.lock().await;
+        let entry = expectations.entry(uid.clone()).or_default();
+        entry.deletes.extend(victims.iter().cloned());
+        entry.since = Some(Instant::now());
+    }
+    let results: Vec<(String, kube::Result<()>)> = futures_util::stream::iter(victims)
+        .map(|pod| async move {
+            let params = DeleteParams::default();
+            let result = pods_api.delete(&pod, &params).await.map(|_| ());
+            (pod, result)
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let mut failure = None;
+    for (pod, result) in results {
+        match result {
+            Ok(_) => {
+                emit(
+                    ctx,
+                    &object,
+                    EventType::Normal,
+                    "SuccessfulDelete",
+                    format!("Deleted pod: {pod}"),
+                );
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                emit(
+                    ctx,
+                    &object,
+                    EventType::Warning,
+                    "FailedDelete",
+                    format!("Error deleting: {e}"),
+                );
+                failure = Some(
+                    anyhow::Error::new(e)
+                        .context(format!("deleting pod {pod} of replicaset {name}")),
+                );
+            }
+        }
+    }
+    match failure {
+        Some(e) => {
+            ctx.expectations.lock().await.remove(&uid);
+            Err(e)
+        }
+        None => Ok(()),
+    }
+}
+
+/// Makes `rs` the controller of an orphan pod.
+async fn adopt(pods_api: &Api<Pod>, pod: &Pod, rs: &ReplicaSet) -> anyhow::Result<Pod> {
+    let owner = controller_ref(rs).context("replicaset without name or uid")?;
+    let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();
+    refs.push(owner);
+    let patch = json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid}});
+    let adopted = pods_api
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .with_context(|| format!("adopting pod {}", pod.name_any()))?;
+    tracing::info!(pod = %pod.name_any(), replicaset = %rs.name_any(), "adopted orphan pod");
+    Ok(adopted)
+}
+
+/// Drops the ownerReference of `uid` from a pod that no longer matches.
+async fn release(pods_api: &Api<Pod>, pod: &Pod, uid: &str) -> anyhow::Result<()> {
+    let refs: Vec<_> = pod
+        .metadata
+        .owner_references
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r.uid != uid)
+        .collect();
+    let patch = json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid}});
+    pods_api
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .with_context(|| format!("releasing pod {}", pod.name_any()))?;
+    tracing::info!(pod = %pod.name_any(), "released pod that no longer matches its replicaset");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn pod(name: &str, created: i64, node: Option<&str>, phase: &str, ready: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                creation_timestamp: Some(Time(
+                    k8s_openapi::jiff::Timestamp::from_second(created).unwrap_or_default(),
+                )),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: node.map(String::from),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn deletes_unassigned_pending_notready_newer_first() {
+        let running_ready_old = pod("a", 100, Some("n1"), "Running", true);
+        let running_notready = pod("b", 100, Some("n1"), "Running", false);
+        let pending_assigned = pod("c", 100, Some("n1"), "Pending", false);
+        let unassigned_old = pod("d", 100, None, "Pending", false);
+        let unassigned_new = pod("e", 200, None, "Pending", false);
+        let all = vec![
+            &running_ready_old,
+            &running_notready,
+            &pending_assigned,
+            &unassigned_old,
+            &unassigned_new,
+        ];
+        assert_eq!(pods_to_delete(&all, 5), vec!["e", "d", "c", "b", "a"]);
+        assert_eq!(pods_to_delete(&all, 1), vec!["e"]);
+    }
+}
