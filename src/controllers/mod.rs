@@ -10,6 +10,7 @@
 
 pub mod deployment;
 pub mod events;
+pub mod garbage_collector;
 pub mod namespace;
 pub mod replicaset;
 pub mod workload;
@@ -21,6 +22,7 @@ pub async fn run(client: kube::Client) {
     let namespaces = tokio::spawn(namespace::run(client.clone()));
     tokio::spawn(replicaset::run(client.clone()));
     tokio::spawn(deployment::run(client.clone()));
+    tokio::spawn(garbage_collector::run(client.clone()));
     if let Err(e) = namespaces.await {
         tracing::error!(error = %e, "namespace controller stopped");
     }
