@@ -15,7 +15,8 @@
 //! `RESULT store write_ratio_1=… write_ratio_16=… p99_ratio_16=… db_bytes_after_churn=…`.
 //!
 //! Environment: `K3RS_BENCH_CHURN` (updates in the churn phase, default 1,000,000),
-//! `K3RS_BENCH_SECS` (seconds per write-load run, default 5). Without `--bench`
+//! `K3RS_BENCH_SECS` (seconds per write-load run, default 5), `K3RS_BENCH_ROUNDS`
+//! (alternating k3rs/etcd rounds of the write runs, default 3; the median run counts). Without `--bench`
 //! (e.g. `cargo test --benches`) everything runs briefly as a smoke test.
 
 #[path = "support/etcd.rs"]
@@ -56,6 +57,8 @@ struct Settings {
     watch_events: usize,
     churn_updates: u64,
     settle_timeout: Duration,
+    /// Alternating rounds of the write runs (median kept), `K3RS_BENCH_ROUNDS`.
+    rounds: usize,
 }
 
 impl Settings {
@@ -70,6 +73,7 @@ impl Settings {
                 watch_events: 2000,
                 churn_updates: 1_000_000,
                 settle_timeout: Duration::from_secs(30),
+                rounds: 3,
             }
         } else {
             Settings {
@@ -81,10 +85,15 @@ impl Settings {
                 watch_events: 100,
                 churn_updates: 2000,
                 settle_timeout: Duration::from_secs(10),
+                rounds: 1,
             }
         };
         if let Some(n) = env_number("K3RS_BENCH_CHURN")? {
             settings.churn_updates = n;
+        }
+        if let Some(rounds) = env_number("K3RS_BENCH_ROUNDS")? {
+            ensure!(rounds > 0, "K3RS_BENCH_ROUNDS must be at least 1");
+            settings.rounds = rounds as usize;
         }
         if let Some(secs) = env_number("K3RS_BENCH_SECS")? {
             ensure!(secs > 0, "K3RS_BENCH_SECS must be at least 1");
@@ -131,17 +140,33 @@ async fn run(settings: Settings) -> Result<()> {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
 
-    println!("k3rs: writes, 1 writer …");
-    let k3rs_w1 = k3rs_writes(&settings, 1).await?;
-    println!("k3rs: writes, 16 writers …");
-    let k3rs_w16 = k3rs_writes(&settings, 16).await?;
+    // The machine is noisy: alternate the two systems over several rounds and keep
+    // each one's median run (by throughput), so a burst of background load does not
+    // land on one side only.
+    let mut k3rs_w1_runs = Vec::new();
+    let mut k3rs_w16_runs = Vec::new();
+    let mut etcd_w1_runs = Vec::new();
+    let mut etcd_w16_runs = Vec::new();
+    let mut etcd_version = String::new();
+    for round in 1..=settings.rounds {
+        println!(
+            "round {round}/{}: k3rs 1 writer, etcd 1 writer, k3rs 16 writers, etcd 16 writers …",
+            settings.rounds
+        );
+        k3rs_w1_runs.push(k3rs_writes(&settings, 1).await?);
+        let (version, run) = etcd_writes(&settings, 1).await?;
+        etcd_version = version;
+        etcd_w1_runs.push(run);
+        k3rs_w16_runs.push(k3rs_writes(&settings, 16).await?);
+        etcd_w16_runs.push(etcd_writes(&settings, 16).await?.1);
+    }
+    let k3rs_w1 = median_run(k3rs_w1_runs);
+    let k3rs_w16 = median_run(k3rs_w16_runs);
+    let etcd_w1 = median_run(etcd_w1_runs);
+    let etcd_w16 = median_run(etcd_w16_runs);
     println!("k3rs: range and watch …");
     let (k3rs_range, watch) = k3rs_range_and_watch(&settings).await?;
 
-    println!("etcd: writes, 1 writer …");
-    let (etcd_version, etcd_w1) = etcd_writes(&settings, 1).await?;
-    println!("etcd: writes, 16 writers …");
-    let (_, etcd_w16) = etcd_writes(&settings, 16).await?;
     println!("etcd: range …");
     let etcd_range = etcd_range(&settings).await?;
 
@@ -244,6 +269,13 @@ fn stamp_of(value: &[u8]) -> Option<u64> {
 // ---------------------------------------------------------------------------------
 
 /// The outcome of one timed write run.
+/// The run with the median throughput.
+fn median_run(mut runs: Vec<WriteRun>) -> WriteRun {
+    runs.sort_by(|a, b| a.per_second.total_cmp(&b.per_second));
+    let middle = runs.len() / 2;
+    runs.swap_remove(middle)
+}
+
 struct WriteRun {
     operations: usize,
     per_second: f64,
