@@ -5,14 +5,20 @@
 //! Running today: the namespace controller (empties a deleted namespace, then
 //! releases it), the ReplicaSet controller (pods to match replicas, adoption,
 //! status) and the Deployment controller (template-hash ReplicaSets, rolling
-//! updates and Recreate, revisions, conditions). `workload.rs` holds what the
-//! workload controllers share; `events.rs` the event recorder.
+//! updates and Recreate, revisions, conditions), the garbage collector
+//! (ownerReferences: background, foreground, orphan), Endpoints and EndpointSlices
+//! for Services with selectors, and a `default` ServiceAccount per namespace.
+//! `workload.rs` holds what the workload controllers share; `events.rs` the event
+//! recorder.
 
 pub mod deployment;
+pub mod endpoints;
+pub mod endpointslice;
 pub mod events;
 pub mod garbage_collector;
 pub mod namespace;
 pub mod replicaset;
+pub mod serviceaccount;
 pub mod workload;
 
 use std::time::Duration;
@@ -22,6 +28,9 @@ pub async fn run(client: kube::Client) {
     let namespaces = tokio::spawn(namespace::run(client.clone()));
     tokio::spawn(replicaset::run(client.clone()));
     tokio::spawn(deployment::run(client.clone()));
+    tokio::spawn(endpoints::run(client.clone()));
+    tokio::spawn(endpointslice::run(client.clone()));
+    tokio::spawn(serviceaccount::run(client.clone()));
     tokio::spawn(garbage_collector::run(client.clone()));
     if let Err(e) = namespaces.await {
         tracing::error!(error = %e, "namespace controller stopped");
