@@ -78,7 +78,15 @@ enum OwnerState {
 pub async fn run(client: kube::Client) {
     let mut discovery: Option<Discovery> = None;
     let mut pass: u32 = 0;
+    let mut scanned_at: Option<String> = None;
     loop {
+        // Nothing changed anywhere since the last complete pass: nothing to collect.
+        // (A list's resourceVersion is the cluster-wide revision.)
+        let revision = cluster_revision(&client).await;
+        if revision.is_some() && revision == scanned_at {
+            tokio::time::sleep(PERIOD).await;
+            continue;
+        }
         if discovery.is_none() || pass.is_multiple_of(DISCOVERY_EVERY) {
             match Discovery::new(client.clone()).run().await {
                 Ok(d) => discovery = Some(d),
@@ -88,14 +96,30 @@ pub async fn run(client: kube::Client) {
         pass = pass.wrapping_add(1);
         if let Some(d) = &discovery {
             match scan(&client, d).await {
-                Ok(true) => {}
+                Ok(true) => scanned_at = revision,
                 // An owner kind discovery does not know: maybe a new CRD.
-                Ok(false) => pass = 0,
-                Err(e) => tracing::warn!(error = %e, "garbage collection pass failed"),
+                Ok(false) => {
+                    pass = 0;
+                    scanned_at = None;
+                }
+                Err(e) => {
+                    scanned_at = None;
+                    tracing::warn!(error = %e, "garbage collection pass failed");
+                }
             }
         }
         tokio::time::sleep(PERIOD).await;
     }
+}
+
+/// The cluster's current revision, from a one-item list.
+async fn cluster_revision(client: &kube::Client) -> Option<String> {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+        .ok()
+        .and_then(|list| list.metadata.resource_version)
 }
 
 /// The resources the collector looks at: listable, deletable and patchable.
