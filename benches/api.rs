@@ -23,7 +23,13 @@
 //!   resourceVersion) on one namespace's ConfigMaps, then 200 creates one after
 //!   another; for every watcher and event, create call start → event received;
 //! * **memory**: in a fresh server, VmRSS after start and after creating 10,000 small
-//!   Pods (one nginx container with a port and resources, labels; nothing runs them).
+//!   Pods (one nginx container with a port and resources, labels; nothing runs them),
+//!   once for the default server (the figure in the RESULT line) and once with
+//!   `--disable-scheduler --disable-controller-manager` (the API server alone). Pod
+//!   creation stops early, and the report says so, if the server passes 4 GiB of RSS
+//!   or 180 s, so a runaway server cannot exhaust the machine;
+//! * **CPU**: for each load run, the cores used by the server, by this process (the
+//!   clients) and by everything else on the machine, from `/proc`.
 //!
 //! The last line of output is machine-readable:
 //! `RESULT api creates_per_s=… create_ratio_vs_etcd_put=… create_p99_ms=… get_p99_ms=…
@@ -47,6 +53,7 @@ use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -105,6 +112,9 @@ struct Settings {
     watchers: usize,
     watch_events: usize,
     pods: usize,
+    /// Safety limits of the pod phase (see `memory_phase`).
+    rss_limit: u64,
+    pods_time_limit: Duration,
     ready_starts: usize,
 }
 
@@ -121,6 +131,8 @@ impl Settings {
                 watchers: 500,
                 watch_events: 200,
                 pods: 10_000,
+                rss_limit: 4 << 30,
+                pods_time_limit: Duration::from_secs(180),
                 ready_starts: 5,
             }
         } else {
@@ -134,6 +146,8 @@ impl Settings {
                 watchers: 20,
                 watch_events: 20,
                 pods: 500,
+                rss_limit: 2 << 30,
+                pods_time_limit: Duration::from_secs(60),
                 ready_starts: 2,
             }
         };
@@ -183,6 +197,7 @@ async fn run(settings: Settings) -> Result<()> {
         settings.warmup,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
+    println!("load average before: {}", load_average());
     let tls = ProbeTls::new()?;
 
     println!("k3rs: {} fresh starts …", settings.ready_starts);
@@ -195,10 +210,16 @@ async fn run(settings: Settings) -> Result<()> {
     let api = api_phase(&settings, &tls).await?;
 
     println!(
-        "k3rs: memory with {} pods …",
+        "k3rs: memory with {} pods (default server) …",
         fmt_thousands(settings.pods as u64)
     );
-    let memory = memory_phase(&settings, &tls).await?;
+    let memory = memory_phase(&settings, &tls, &[]).await?;
+    println!(
+        "k3rs: memory with {} pods ({}) …",
+        fmt_thousands(settings.pods as u64),
+        APISERVER_ONLY.join(" ")
+    );
+    let memory_alone = memory_phase(&settings, &tls, APISERVER_ONLY).await?;
 
     let report = Report {
         settings: &settings,
@@ -206,6 +227,7 @@ async fn run(settings: Settings) -> Result<()> {
         etcd: &etcd,
         api: &api,
         memory: &memory,
+        memory_alone: &memory_alone,
     };
     report.print();
     Ok(())
@@ -252,12 +274,17 @@ struct K3rsServer {
     /// Time from spawn to the first `200` from `/readyz`.
     ready_in: Duration,
     // Dropped after `child` is killed (see `Drop`), removing the data directory.
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
 }
 
 impl K3rsServer {
     /// Starts a server in a fresh temporary directory and waits for `/readyz`.
     async fn start(tls: &ProbeTls) -> Result<K3rsServer> {
+        Self::start_with(tls, &[]).await
+    }
+
+    /// [`Self::start`] with `extra` flags after the standard ones.
+    async fn start_with(tls: &ProbeTls, extra: &[&str]) -> Result<K3rsServer> {
         let dir = tempfile::Builder::new()
             .prefix("k3rs-api-bench-")
             .tempdir()
@@ -280,6 +307,7 @@ impl K3rsServer {
             .args(["--https-listen-port", &port.to_string()])
             .arg("--write-kubeconfig")
             .arg(&kubeconfig)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);
@@ -299,7 +327,7 @@ impl K3rsServer {
             kubeconfig,
             log_path,
             ready_in: Duration::ZERO,
-            dir,
+            _dir: dir,
         };
         server.ready_in = server.wait_ready(tls, spawned).await?;
         server.wait_for_kubeconfig().await?;
@@ -309,7 +337,6 @@ impl K3rsServer {
     /// Polls `/readyz` (a new TLS connection each time, 1 ms apart) until it answers
     /// `200`; returns the time since `spawned`.
     async fn wait_ready(&mut self, tls: &ProbeTls, spawned: Instant) -> Result<Duration> {
-        let mut last = String::from("no attempt finished");
         loop {
             if let Some(status) = self
                 .child
@@ -322,12 +349,13 @@ impl K3rsServer {
                     self.log_tail()
                 );
             }
-            match tokio::time::timeout(Duration::from_secs(2), tls.readyz(self.port)).await {
-                Ok(Ok(200)) => return Ok(spawned.elapsed()),
-                Ok(Ok(code)) => last = format!("/readyz answered {code}"),
-                Ok(Err(e)) => last = format!("{e:#}"),
-                Err(_) => last = "/readyz did not answer within 2 s".to_owned(),
-            }
+            let last =
+                match tokio::time::timeout(Duration::from_secs(2), tls.readyz(self.port)).await {
+                    Ok(Ok(200)) => return Ok(spawned.elapsed()),
+                    Ok(Ok(code)) => format!("/readyz answered {code}"),
+                    Ok(Err(e)) => format!("{e:#}"),
+                    Err(_) => "/readyz did not answer within 2 s".to_owned(),
+                };
             if spawned.elapsed() > READY_TIMEOUT {
                 bail!(
                     "k3rs server not ready within {READY_TIMEOUT:?} (last: {last}); {} ends with:\n{}",
@@ -532,6 +560,136 @@ impl ServerCertVerifier for AnyServerCert {
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
     }
+}
+
+// ---------------------------------------------------------------------------------
+// CPU accounting (who used the 2 cores during a run)
+// ---------------------------------------------------------------------------------
+
+/// Clock ticks per second of `/proc` CPU times (`USER_HZ`, 100 on Linux).
+const USER_HZ: f64 = 100.0;
+
+/// CPU times at one instant: a server process, this bench process, the machine.
+#[derive(Clone, Copy, Debug)]
+struct CpuSnapshot {
+    at: Instant,
+    server_ticks: Option<u64>,
+    bench_ticks: u64,
+    busy_ticks: u64,
+}
+
+impl CpuSnapshot {
+    /// Reads `/proc`; `server` is the pid of the server under load, if known.
+    fn take(server: Option<u32>) -> Result<CpuSnapshot> {
+        let server_ticks = match server {
+            Some(pid) => Some(process_ticks(&pid.to_string())?),
+            None => None,
+        };
+        let bench_ticks = process_ticks("self")?;
+        let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+        let line = stat
+            .lines()
+            .find(|l| l.starts_with("cpu "))
+            .context("/proc/stat has no cpu line")?;
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|f| {
+                f.parse()
+                    .with_context(|| format!("bad /proc/stat line {line:?}"))
+            })
+            .collect::<Result<_>>()?;
+        // user nice system idle iowait irq softirq steal [guest guest_nice]; guest
+        // time is already counted in user and nice.
+        let total: u64 = fields.iter().take(8).sum();
+        let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+        Ok(CpuSnapshot {
+            at: Instant::now(),
+            server_ticks,
+            bench_ticks,
+            busy_ticks: total.saturating_sub(idle),
+        })
+    }
+
+    /// Average cores busy between `self` and a later snapshot.
+    fn until(&self, later: &CpuSnapshot) -> CpuUse {
+        let secs = (later.at - self.at).as_secs_f64().max(1e-9);
+        let cores = |a: u64, b: u64| b.saturating_sub(a) as f64 / USER_HZ / secs;
+        CpuUse {
+            server: match (self.server_ticks, later.server_ticks) {
+                (Some(a), Some(b)) => Some(cores(a, b)),
+                _ => None,
+            },
+            bench: cores(self.bench_ticks, later.bench_ticks),
+            machine: cores(self.busy_ticks, later.busy_ticks),
+        }
+    }
+}
+
+/// utime + stime of `/proc/<pid>/stat`, in ticks.
+fn process_ticks(pid: &str) -> Result<u64> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    // The command name (field 2) is in parentheses and may contain spaces.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .with_context(|| format!("unexpected {path}: {stat:?}"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state); utime and stime are fields 14 and 15.
+    let tick = |i: usize| -> Result<u64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .with_context(|| format!("unexpected {path}: {stat:?}"))
+    };
+    Ok(tick(11)? + tick(12)?)
+}
+
+/// The pid of the process whose command line contains `arg` exactly.
+fn find_pid_with_arg(arg: &str) -> Option<u32> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    entries.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        cmdline
+            .split(|b| *b == 0)
+            .any(|a| a == arg.as_bytes())
+            .then_some(pid)
+    })
+}
+
+/// Average cores in use during one run.
+#[derive(Clone, Copy, Debug, Default)]
+struct CpuUse {
+    /// The server under load (k3rs or etcd), if its pid was found.
+    server: Option<f64>,
+    /// This bench process (the clients).
+    bench: f64,
+    /// Every process on the machine.
+    machine: f64,
+}
+
+/// Runs `run`, measuring CPU use from just before to just after it.
+async fn with_cpu<T>(
+    server: Option<u32>,
+    run: impl Future<Output = Result<T>>,
+) -> Result<(T, CpuUse)> {
+    let before = CpuSnapshot::take(server)?;
+    let value = run.await?;
+    let after = CpuSnapshot::take(server)?;
+    Ok((value, before.until(&after)))
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|e| format!("unknown ({e})"))
 }
 
 // ---------------------------------------------------------------------------------
@@ -779,7 +937,9 @@ async fn measure_ready(settings: &Settings, tls: &ProbeTls) -> Result<ReadyRepor
 struct EtcdReport {
     version: String,
     puts: LoadRun,
+    puts_cpu: CpuUse,
     gets: LoadRun,
+    gets_cpu: CpuUse,
     range: Duration,
 }
 
@@ -801,6 +961,7 @@ async fn etcd_clients(server: &EtcdServer, n: usize) -> Result<Vec<KvClient>> {
 async fn etcd_phase(settings: &Settings) -> Result<EtcdReport> {
     let server = EtcdServer::start().await.context("starting etcd")?;
     let clients = Arc::new(etcd_clients(&server, CLIENTS).await?);
+    let pid = find_pid_with_arg(&format!("--listen-client-urls={}", server.client_url()));
 
     let put_clients = clients.clone();
     let puts = timed_load(CLIENTS, settings.warmup, settings.measure, move |w, n| {
@@ -811,9 +972,8 @@ async fn etcd_phase(settings: &Settings) -> Result<EtcdReport> {
             client.put(&etcd_key(NS_CREATE, &name), value).await?;
             Ok(())
         }
-    })
-    .await
-    .context("etcd puts")?;
+    });
+    let (puts, puts_cpu) = with_cpu(pid, puts).await.context("etcd puts")?;
 
     let created = Arc::new(puts.done.clone());
     let get_clients = clients.clone();
@@ -836,9 +996,8 @@ async fn etcd_phase(settings: &Settings) -> Result<EtcdReport> {
                 Ok(())
             }
         },
-    )
-    .await
-    .context("etcd gets")?;
+    );
+    let (gets, gets_cpu) = with_cpu(pid, gets).await.context("etcd gets")?;
 
     let count = settings.list_objects;
     let fill_clients = clients.clone();
@@ -873,26 +1032,32 @@ async fn etcd_phase(settings: &Settings) -> Result<EtcdReport> {
     Ok(EtcdReport {
         version: server.version().to_owned(),
         puts,
+        puts_cpu,
         gets,
+        gets_cpu,
         range: stats::median(&timings),
     })
 }
 
 struct ApiReport {
     creates: LoadRun,
+    creates_cpu: CpuUse,
     objects_created: u64,
     gets: LoadRun,
+    gets_cpu: CpuUse,
     list_fill: Duration,
     list_whole: Duration,
     list_whole_bytes: usize,
     list_paged: Duration,
     list_pages: usize,
     watch: WatchReport,
+    watch_cpu: CpuUse,
     rss_after: u64,
 }
 
 async fn api_phase(settings: &Settings, tls: &ProbeTls) -> Result<ApiReport> {
     let server = K3rsServer::start(tls).await?;
+    let pid = Some(server.child.id());
     let clients = server.clients(CLIENTS).await?;
     for ns in [NS_CREATE, NS_LIST, NS_WATCH] {
         create_namespace(&clients[0], ns).await?;
@@ -914,9 +1079,10 @@ async fn api_phase(settings: &Settings, tls: &ProbeTls) -> Result<ApiReport> {
                 .context("creating a ConfigMap")?;
             Ok(())
         }
-    })
-    .await
-    .with_context(|| format!("k3rs creates; server log:\n{}", server.log_tail()))?;
+    });
+    let (creates, creates_cpu) = with_cpu(pid, creates)
+        .await
+        .with_context(|| format!("k3rs creates; server log:\n{}", server.log_tail()))?;
     let objects_created = creates.done.iter().sum();
 
     // GETs of random existing objects.
@@ -937,9 +1103,10 @@ async fn api_phase(settings: &Settings, tls: &ProbeTls) -> Result<ApiReport> {
                 Ok(())
             }
         },
-    )
-    .await
-    .with_context(|| format!("k3rs GETs; server log:\n{}", server.log_tail()))?;
+    );
+    let (gets, gets_cpu) = with_cpu(pid, gets)
+        .await
+        .with_context(|| format!("k3rs GETs; server log:\n{}", server.log_tail()))?;
 
     // LIST of `list_objects` ConfigMaps.
     let count = settings.list_objects;
@@ -1012,21 +1179,24 @@ async fn api_phase(settings: &Settings, tls: &ProbeTls) -> Result<ApiReport> {
         }
     }
 
-    let watch = watch_fanout(settings, &server, &clients)
+    let (watch, watch_cpu) = with_cpu(pid, watch_fanout(settings, &server, &clients))
         .await
         .with_context(|| format!("watch fan-out; server log:\n{}", server.log_tail()))?;
     let (rss_after, _) = server.memory()?;
     server.stop().await;
     Ok(ApiReport {
         creates,
+        creates_cpu,
         objects_created,
         gets,
+        gets_cpu,
         list_fill,
         list_whole: stats::median(&whole),
         list_whole_bytes,
         list_paged: stats::median(&paged),
         list_pages,
         watch,
+        watch_cpu,
         rss_after,
     })
 }
@@ -1143,22 +1313,47 @@ async fn watch_fanout(
     })
 }
 
+/// Flags of the "API server alone" memory variant.
+const APISERVER_ONLY: &[&str] = &["--disable-scheduler", "--disable-controller-manager"];
+
 struct MemoryReport {
+    /// Extra server flags of this variant.
+    flags: &'static [&'static str],
+    /// Pods requested, and pods actually created (fewer when a limit stopped it).
+    pods_wanted: usize,
     pods: usize,
     baseline: u64,
     after: u64,
     peak: u64,
     create_time: Duration,
+    /// Why pod creation stopped early, if it did.
+    stopped: Option<String>,
 }
 
 impl MemoryReport {
     fn per_pod(&self) -> f64 {
         self.after.saturating_sub(self.baseline) as f64 / self.pods.max(1) as f64
     }
+
+    fn label(&self) -> &'static str {
+        if self.flags.is_empty() {
+            "default server"
+        } else {
+            "API server only"
+        }
+    }
 }
 
-async fn memory_phase(settings: &Settings, tls: &ProbeTls) -> Result<MemoryReport> {
-    let server = K3rsServer::start(tls).await?;
+/// A fresh server (with `flags`): VmRSS after start, then after creating the pods.
+/// Creation stops early (and says so) if the server's RSS passes
+/// `settings.rss_limit` or creation takes longer than `settings.pods_time_limit`,
+/// so that a runaway server cannot take the machine down with it.
+async fn memory_phase(
+    settings: &Settings,
+    tls: &ProbeTls,
+    flags: &'static [&'static str],
+) -> Result<MemoryReport> {
+    let server = K3rsServer::start_with(tls, flags).await?;
     let clients = server.clients(CLIENTS).await?;
     create_namespace(&clients[0], NS_PODS).await?;
     // Open every client's connection before the baseline, so the difference is the
@@ -1169,30 +1364,78 @@ async fn memory_phase(settings: &Settings, tls: &ProbeTls) -> Result<MemoryRepor
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (baseline, _) = server.memory()?;
 
-    let apis: Vec<Api<Pod>> = clients
-        .iter()
-        .map(|c| Api::namespaced(c.clone(), NS_PODS))
-        .collect();
-    let create_time = fill(settings.pods, move |w, i| {
-        let api = apis[w].clone();
-        async move {
-            api.create(&PostParams::default(), &pod(&format!("web-{i:05}")))
-                .await
-                .context("creating a Pod")?;
-            Ok(())
+    let stop = Arc::new(AtomicBool::new(false));
+    let created = Arc::new(AtomicUsize::new(0));
+    let count = settings.pods;
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(CLIENTS);
+    for (w, client) in clients.iter().enumerate() {
+        let api: Api<Pod> = Api::namespaced(client.clone(), NS_PODS);
+        let stop = stop.clone();
+        let created = created.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (w..count).step_by(CLIENTS) {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                api.create(&PostParams::default(), &pod(&format!("web-{i:05}")))
+                    .await
+                    .with_context(|| format!("creating pod {i}"))?;
+                created.fetch_add(1, Ordering::Relaxed);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    let all_done = futures_util::future::try_join_all(tasks);
+    tokio::pin!(all_done);
+    let mut stopped = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            result = &mut all_done => {
+                for task in result.context("a pod creation task panicked")? {
+                    task.with_context(|| format!("server log:\n{}", server.log_tail()))?;
+                }
+                break;
+            }
+            _ = tick.tick(), if stopped.is_none() => {
+                let (rss, _) = server.memory()?;
+                let n = created.load(Ordering::Relaxed);
+                if rss > settings.rss_limit {
+                    stopped = Some(format!(
+                        "stopped after {} pods: server RSS {} passed the bench's limit of {}",
+                        fmt_thousands(n as u64),
+                        fmt_bytes(rss),
+                        fmt_bytes(settings.rss_limit)
+                    ));
+                } else if start.elapsed() > settings.pods_time_limit {
+                    stopped = Some(format!(
+                        "stopped after {} pods: creating them took longer than the bench's \
+                         limit of {:?} (server RSS {})",
+                        fmt_thousands(n as u64),
+                        settings.pods_time_limit,
+                        fmt_bytes(rss)
+                    ));
+                }
+                if stopped.is_some() {
+                    stop.store(true, Ordering::Relaxed);
+                }
+            }
         }
-    })
-    .await
-    .with_context(|| format!("creating pods; server log:\n{}", server.log_tail()))?;
+    }
+    let create_time = start.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (after, peak) = server.memory()?;
     server.stop().await;
     Ok(MemoryReport {
-        pods: settings.pods,
+        flags,
+        pods_wanted: count,
+        pods: created.load(Ordering::Relaxed),
         baseline,
         after,
         peak,
         create_time,
+        stopped,
     })
 }
 
@@ -1206,6 +1449,7 @@ struct Report<'a> {
     etcd: &'a EtcdReport,
     api: &'a ApiReport,
     memory: &'a MemoryReport,
+    memory_alone: &'a MemoryReport,
 }
 
 fn duration_ratio(a: Duration, b: Duration) -> f64 {
@@ -1224,6 +1468,7 @@ impl Report<'_> {
             etcd,
             api,
             memory,
+            memory_alone,
         } = self;
         let mut table = Table::new([
             String::new(),
@@ -1326,15 +1571,47 @@ impl Report<'_> {
             ready.samples.len()
         ));
         table.row(["  ready".to_owned(), fmt_duration(ready.median)]);
-        table.section(format!(
-            "memory (VmRSS), fresh server, {} pods",
-            fmt_thousands(memory.pods as u64)
-        ));
-        table.row(["  after start".to_owned(), fmt_bytes(memory.baseline)]);
-        table.row(["  with the pods".to_owned(), fmt_bytes(memory.after)]);
-        table.row(["  per pod".to_owned(), format!("{:.0} B", memory.per_pod())]);
         println!();
         print!("{table}");
+
+        println!();
+        let mut mem = Table::new([
+            "memory of a fresh server (VmRSS)",
+            memory.label(),
+            memory_alone.label(),
+        ]);
+        type MemCell = fn(&MemoryReport) -> String;
+        let mem_rows: [(&str, MemCell); 7] = [
+            ("  pods created", |m| {
+                format!(
+                    "{} of {}",
+                    fmt_thousands(m.pods as u64),
+                    fmt_thousands(m.pods_wanted as u64)
+                )
+            }),
+            ("  after start", |m| fmt_bytes(m.baseline)),
+            ("  with the pods", |m| fmt_bytes(m.after)),
+            ("  peak (VmHWM)", |m| fmt_bytes(m.peak)),
+            ("  per pod", |m| format!("{:.0} B", m.per_pod())),
+            ("  creation time", |m| fmt_duration(m.create_time)),
+            ("  creation rate", |m| {
+                fmt_rate(stats::per_second(m.pods, m.create_time))
+            }),
+        ];
+        for (label, cell) in mem_rows {
+            mem.row([label.to_owned(), cell(memory), cell(memory_alone)]);
+        }
+        print!("{mem}");
+        println!(
+            "  ({} = {}; the default server also runs the scheduler and controllers)",
+            memory_alone.label(),
+            APISERVER_ONLY.join(" ")
+        );
+        for m in [memory, memory_alone] {
+            if let Some(reason) = &m.stopped {
+                println!("  {}: {reason}", m.label());
+            }
+        }
 
         println!();
         println!(
@@ -1361,13 +1638,40 @@ impl Report<'_> {
             fmt_duration(w.open_time),
             fmt_bytes(api.rss_after),
         );
+
+        println!();
+        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
         println!(
-            "pods: {} created in {} ({}); VmHWM {}",
-            fmt_thousands(memory.pods as u64),
-            fmt_duration(memory.create_time),
-            fmt_rate(stats::per_second(memory.pods, memory.create_time)),
-            fmt_bytes(memory.peak),
+            "CPU use during the runs (average cores busy of {cores}, warm-up included; load \
+             average now {}):",
+            load_average()
         );
+        let mut cpu = Table::new([
+            "",
+            "server",
+            "bench (clients)",
+            "other processes",
+            "whole machine",
+        ]);
+        let cell = |v: f64| format!("{v:.2}");
+        for (label, used) in [
+            ("k3rs creates", api.creates_cpu),
+            ("etcd puts", etcd.puts_cpu),
+            ("k3rs GETs", api.gets_cpu),
+            ("etcd GETs", etcd.gets_cpu),
+            ("k3rs watch fan-out", api.watch_cpu),
+        ] {
+            let server = used.server.map_or("n/a".to_owned(), cell);
+            let other = used.machine - used.bench - used.server.unwrap_or(0.0);
+            cpu.row([
+                format!("  {label}"),
+                server,
+                cell(used.bench),
+                cell(other.max(0.0)),
+                cell(used.machine),
+            ]);
+        }
+        print!("{cpu}");
 
         let creates_per_s = api.creates.per_second;
         let create_ratio = stats::ratio(creates_per_s, etcd.puts.per_second);
