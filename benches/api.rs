@@ -35,9 +35,17 @@
 //! `RESULT api creates_per_s=… create_ratio_vs_etcd_put=… create_p99_ms=… get_p99_ms=…
 //! rss_per_pod_bytes=… ready_ms=…`.
 //!
+//! The write runs alternate etcd and k3rs over 3 rounds, each on a fresh server, and
+//! keep each side's median round (by throughput), so that a burst of background load
+//! on the shared machine does not land on one side only; the read phases run on the
+//! last round's servers.
+//!
 //! Environment: `K3RS_BENCH_SECS` (seconds of each create run, default 20; the GET
-//! run lasts the smaller of this and 5 s). Without `--bench` (e.g.
-//! `cargo test --benches`) everything runs briefly as a smoke test.
+//! run lasts the smaller of this and 5 s), `K3RS_BENCH_ROUNDS` (alternating write
+//! rounds, default 3), `K3RS_BENCH_SERVER_ARGS` (extra flags for every k3rs server,
+//! e.g. `--disable-scheduler --disable-controller-manager` to measure the API server
+//! alone; for diagnostics, the goals refer to the default server). Without `--bench` (e.g. `cargo test --benches`) everything
+//! runs briefly, one round, as a smoke test.
 //!
 //! Everything runs on one machine: the clients share the CPU with the server (and
 //! with etcd in the etcd phase), which the report states with the CPU count.
@@ -116,6 +124,10 @@ struct Settings {
     rss_limit: u64,
     pods_time_limit: Duration,
     ready_starts: usize,
+    /// Alternating etcd/k3rs rounds of the write runs (median kept).
+    rounds: usize,
+    /// Extra flags for every k3rs server, `K3RS_BENCH_SERVER_ARGS` (diagnostics).
+    server_args: Vec<String>,
 }
 
 impl Settings {
@@ -134,6 +146,8 @@ impl Settings {
                 rss_limit: 4 << 30,
                 pods_time_limit: Duration::from_secs(180),
                 ready_starts: 5,
+                rounds: 3,
+                server_args: Vec::new(),
             }
         } else {
             Settings {
@@ -149,12 +163,23 @@ impl Settings {
                 rss_limit: 2 << 30,
                 pods_time_limit: Duration::from_secs(60),
                 ready_starts: 2,
+                rounds: 1,
+                server_args: Vec::new(),
             }
         };
         if let Some(secs) = env_number("K3RS_BENCH_SECS")? {
             ensure!(secs > 0, "K3RS_BENCH_SECS must be at least 1");
             settings.measure = Duration::from_secs(secs);
             settings.get_measure = settings.get_measure.min(settings.measure);
+        }
+        if let Some(rounds) = env_number("K3RS_BENCH_ROUNDS")? {
+            ensure!(rounds > 0, "K3RS_BENCH_ROUNDS must be at least 1");
+            settings.rounds = usize::try_from(rounds).context("K3RS_BENCH_ROUNDS is too big")?;
+        }
+        match std::env::var("K3RS_BENCH_SERVER_ARGS") {
+            Ok(text) => settings.server_args = text.split_whitespace().map(str::to_owned).collect(),
+            Err(std::env::VarError::NotPresent) => {}
+            Err(e) => return Err(e).context("reading K3RS_BENCH_SERVER_ARGS"),
         }
         Ok(settings)
     }
@@ -197,17 +222,44 @@ async fn run(settings: Settings) -> Result<()> {
         settings.warmup,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
+    if !settings.server_args.is_empty() {
+        println!(
+            "K3RS_BENCH_SERVER_ARGS: every k3rs server also gets `{}` (not the default server)",
+            settings.server_args.join(" ")
+        );
+    }
     println!("load average before: {}", load_average());
     let tls = ProbeTls::new()?;
 
     println!("k3rs: {} fresh starts …", settings.ready_starts);
     let ready = measure_ready(&settings, &tls).await?;
 
-    println!("etcd: puts, GETs and range …");
-    let etcd = etcd_phase(&settings).await?;
-
-    println!("k3rs: creates, GETs, LIST and watch fan-out …");
-    let api = api_phase(&settings, &tls).await?;
+    // The machine is shared and noisy: alternate etcd and k3rs write runs over
+    // several rounds, each on a fresh server, and keep each side's median run. The
+    // last round's servers stay up for the read phases.
+    let mut etcd_runs = Vec::new();
+    let mut k3rs_runs = Vec::new();
+    let mut last = None;
+    for round in 1..=settings.rounds {
+        println!(
+            "round {round}/{}: etcd puts, then k3rs creates …",
+            settings.rounds
+        );
+        let etcd = etcd_puts(&settings).await?;
+        let k3rs = k3rs_creates(&settings, &tls).await?;
+        if round < settings.rounds {
+            etcd_runs.push(etcd.measured);
+            k3rs_runs.push(k3rs.measured);
+            k3rs.server.stop().await;
+        } else {
+            last = Some((etcd, k3rs));
+        }
+    }
+    let (last_etcd, last_k3rs) = last.expect("at least one round (rounds ≥ 1)");
+    println!("k3rs: GETs, LIST and watch fan-out …");
+    let api = api_reads(&settings, last_k3rs, k3rs_runs).await?;
+    println!("etcd: GETs and range …");
+    let etcd = etcd_reads(&settings, last_etcd, etcd_runs).await?;
 
     println!(
         "k3rs: memory with {} pods (default server) …",
@@ -279,12 +331,13 @@ struct K3rsServer {
 
 impl K3rsServer {
     /// Starts a server in a fresh temporary directory and waits for `/readyz`.
-    async fn start(tls: &ProbeTls) -> Result<K3rsServer> {
-        Self::start_with(tls, &[]).await
+    async fn start(settings: &Settings, tls: &ProbeTls) -> Result<K3rsServer> {
+        Self::start_with(settings, tls, &[]).await
     }
 
     /// [`Self::start`] with `extra` flags after the standard ones.
-    async fn start_with(tls: &ProbeTls, extra: &[&str]) -> Result<K3rsServer> {
+    /// `settings.server_args` come last; `extra` flags already among them are skipped.
+    async fn start_with(settings: &Settings, tls: &ProbeTls, extra: &[&str]) -> Result<K3rsServer> {
         let dir = tempfile::Builder::new()
             .prefix("k3rs-api-bench-")
             .tempdir()
@@ -307,7 +360,12 @@ impl K3rsServer {
             .args(["--https-listen-port", &port.to_string()])
             .arg("--write-kubeconfig")
             .arg(&kubeconfig)
-            .args(extra)
+            .args(
+                extra
+                    .iter()
+                    .filter(|flag| !settings.server_args.iter().any(|a| a == *flag)),
+            )
+            .args(&settings.server_args)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);
@@ -924,7 +982,7 @@ struct ReadyReport {
 async fn measure_ready(settings: &Settings, tls: &ProbeTls) -> Result<ReadyReport> {
     let mut samples = Vec::with_capacity(settings.ready_starts);
     for _ in 0..settings.ready_starts {
-        let server = K3rsServer::start(tls).await?;
+        let server = K3rsServer::start(settings, tls).await?;
         samples.push(server.ready_in);
         server.stop().await;
     }
@@ -934,10 +992,27 @@ async fn measure_ready(settings: &Settings, tls: &ProbeTls) -> Result<ReadyRepor
     })
 }
 
+/// A timed run and the CPU use during it.
+struct Measured {
+    run: LoadRun,
+    cpu: CpuUse,
+}
+
+/// The run with the median throughput, and every run's throughput in order.
+fn median_run(runs: Vec<Measured>) -> (Measured, Vec<f64>) {
+    let rates = runs.iter().map(|m| m.run.per_second).collect();
+    let mut runs = runs;
+    runs.sort_by(|a, b| a.run.per_second.total_cmp(&b.run.per_second));
+    let middle = runs.len() / 2;
+    (runs.swap_remove(middle), rates)
+}
+
 struct EtcdReport {
     version: String,
     puts: LoadRun,
     puts_cpu: CpuUse,
+    /// Throughput of each round, in order (the median round is `puts`).
+    put_rates: Vec<f64>,
     gets: LoadRun,
     gets_cpu: CpuUse,
     range: Duration,
@@ -958,11 +1033,18 @@ async fn etcd_clients(server: &EtcdServer, n: usize) -> Result<Vec<KvClient>> {
     Ok(clients)
 }
 
-async fn etcd_phase(settings: &Settings) -> Result<EtcdReport> {
+/// A fresh etcd after one put run (kept for the read phases of the last round).
+struct EtcdPuts {
+    server: EtcdServer,
+    clients: Arc<Vec<KvClient>>,
+    pid: Option<u32>,
+    measured: Measured,
+}
+
+async fn etcd_puts(settings: &Settings) -> Result<EtcdPuts> {
     let server = EtcdServer::start().await.context("starting etcd")?;
     let clients = Arc::new(etcd_clients(&server, CLIENTS).await?);
     let pid = find_pid_with_arg(&format!("--listen-client-urls={}", server.client_url()));
-
     let put_clients = clients.clone();
     let puts = timed_load(CLIENTS, settings.warmup, settings.measure, move |w, n| {
         let client = put_clients[w].clone();
@@ -973,9 +1055,28 @@ async fn etcd_phase(settings: &Settings) -> Result<EtcdReport> {
             Ok(())
         }
     });
-    let (puts, puts_cpu) = with_cpu(pid, puts).await.context("etcd puts")?;
+    let (run, cpu) = with_cpu(pid, puts).await.context("etcd puts")?;
+    Ok(EtcdPuts {
+        server,
+        clients,
+        pid,
+        measured: Measured { run, cpu },
+    })
+}
 
-    let created = Arc::new(puts.done.clone());
+/// Random GETs of the keys `last` put, then a range over `list_objects` keys.
+async fn etcd_reads(
+    settings: &Settings,
+    last: EtcdPuts,
+    put_runs: Vec<Measured>,
+) -> Result<EtcdReport> {
+    let EtcdPuts {
+        server,
+        clients,
+        pid,
+        measured: last_puts,
+    } = last;
+    let created = Arc::new(last_puts.run.done.clone());
     let get_clients = clients.clone();
     let gets = timed_load(
         CLIENTS,
@@ -1029,10 +1130,14 @@ async fn etcd_phase(settings: &Settings) -> Result<EtcdReport> {
             timings.push(elapsed);
         }
     }
+    let mut runs = put_runs;
+    runs.push(last_puts);
+    let (puts, put_rates) = median_run(runs);
     Ok(EtcdReport {
         version: server.version().to_owned(),
-        puts,
-        puts_cpu,
+        puts: puts.run,
+        puts_cpu: puts.cpu,
+        put_rates,
         gets,
         gets_cpu,
         range: stats::median(&timings),
@@ -1042,6 +1147,8 @@ async fn etcd_phase(settings: &Settings) -> Result<EtcdReport> {
 struct ApiReport {
     creates: LoadRun,
     creates_cpu: CpuUse,
+    /// Throughput of each round, in order (the median round is `creates`).
+    create_rates: Vec<f64>,
     objects_created: u64,
     gets: LoadRun,
     gets_cpu: CpuUse,
@@ -1055,24 +1162,27 @@ struct ApiReport {
     rss_after: u64,
 }
 
-async fn api_phase(settings: &Settings, tls: &ProbeTls) -> Result<ApiReport> {
-    let server = K3rsServer::start(tls).await?;
+/// A fresh k3rs server after one create run (kept for the read phases of the last
+/// round).
+struct K3rsCreates {
+    server: K3rsServer,
+    clients: Vec<kube::Client>,
+    measured: Measured,
+}
+
+async fn k3rs_creates(settings: &Settings, tls: &ProbeTls) -> Result<K3rsCreates> {
+    let server = K3rsServer::start(settings, tls).await?;
     let pid = Some(server.child.id());
     let clients = server.clients(CLIENTS).await?;
     for ns in [NS_CREATE, NS_LIST, NS_WATCH] {
         create_namespace(&clients[0], ns).await?;
     }
-    let apis: Arc<Vec<Api<ConfigMap>>> = Arc::new(
-        clients
-            .iter()
-            .map(|c| Api::namespaced(c.clone(), NS_CREATE))
-            .collect(),
-    );
-
-    // Creates.
-    let create_apis = apis.clone();
+    let apis: Vec<Api<ConfigMap>> = clients
+        .iter()
+        .map(|c| Api::namespaced(c.clone(), NS_CREATE))
+        .collect();
     let creates = timed_load(CLIENTS, settings.warmup, settings.measure, move |w, n| {
-        let api = create_apis[w].clone();
+        let api = apis[w].clone();
         async move {
             api.create(&PostParams::default(), &config_map(&object_name(w, n)))
                 .await
@@ -1080,14 +1190,36 @@ async fn api_phase(settings: &Settings, tls: &ProbeTls) -> Result<ApiReport> {
             Ok(())
         }
     });
-    let (creates, creates_cpu) = with_cpu(pid, creates)
+    let (run, cpu) = with_cpu(pid, creates)
         .await
         .with_context(|| format!("k3rs creates; server log:\n{}", server.log_tail()))?;
-    let objects_created = creates.done.iter().sum();
+    Ok(K3rsCreates {
+        server,
+        clients,
+        measured: Measured { run, cpu },
+    })
+}
+
+/// GETs of the objects `last` created, LIST, watch fan-out; stops the server.
+async fn api_reads(
+    settings: &Settings,
+    last: K3rsCreates,
+    create_runs: Vec<Measured>,
+) -> Result<ApiReport> {
+    let K3rsCreates {
+        server,
+        clients,
+        measured: last_creates,
+    } = last;
+    let pid = Some(server.child.id());
+    let objects_created = last_creates.run.done.iter().sum();
 
     // GETs of random existing objects.
-    let created = Arc::new(creates.done.clone());
-    let get_apis = apis.clone();
+    let created = Arc::new(last_creates.run.done.clone());
+    let get_apis: Vec<Api<ConfigMap>> = clients
+        .iter()
+        .map(|c| Api::namespaced(c.clone(), NS_CREATE))
+        .collect();
     let gets = timed_load(
         CLIENTS,
         Duration::ZERO,
@@ -1184,9 +1316,13 @@ async fn api_phase(settings: &Settings, tls: &ProbeTls) -> Result<ApiReport> {
         .with_context(|| format!("watch fan-out; server log:\n{}", server.log_tail()))?;
     let (rss_after, _) = server.memory()?;
     server.stop().await;
+    let mut runs = create_runs;
+    runs.push(last_creates);
+    let (creates, create_rates) = median_run(runs);
     Ok(ApiReport {
-        creates,
-        creates_cpu,
+        creates: creates.run,
+        creates_cpu: creates.cpu,
+        create_rates,
         objects_created,
         gets,
         gets_cpu,
@@ -1353,7 +1489,7 @@ async fn memory_phase(
     tls: &ProbeTls,
     flags: &'static [&'static str],
 ) -> Result<MemoryReport> {
-    let server = K3rsServer::start_with(tls, flags).await?;
+    let server = K3rsServer::start_with(settings, tls, flags).await?;
     let clients = server.clients(CLIENTS).await?;
     create_namespace(&clients[0], NS_PODS).await?;
     // Open every client's connection before the baseline, so the difference is the
@@ -1485,9 +1621,9 @@ impl Report<'_> {
         for (title, k3rs, reference) in [
             (
                 format!(
-                    "creates, {CLIENTS} clients, {PAYLOAD_BYTES} B ConfigMaps, {:?} \
-                     (etcd: Put of the same JSON)",
-                    settings.measure
+                    "creates, {CLIENTS} clients, {PAYLOAD_BYTES} B ConfigMaps, {:?}, median of \
+                     {} round(s) (etcd: Put of the same JSON)",
+                    settings.measure, settings.rounds
                 ),
                 &api.creates,
                 &etcd.puts,
@@ -1623,8 +1759,19 @@ impl Report<'_> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        let rates = |r: &[f64]| {
+            r.iter()
+                .map(|x| fmt_rate(*x))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         println!(
-            "create run: {} ConfigMaps created (warm-up included); LIST fill of {} took {} ({}); \
+            "write rounds (median kept): k3rs creates {}; etcd puts {}",
+            rates(&api.create_rates),
+            rates(&etcd.put_rates)
+        );
+        println!(
+            "last create run: {} ConfigMaps created (warm-up included); LIST fill of {} took {} ({}); \
              unpaged LIST body {}",
             fmt_thousands(api.objects_created),
             fmt_thousands(settings.list_objects as u64),
