@@ -14,11 +14,7 @@ use serde_json::{Value, json};
 use support::Server;
 
 async fn client(server: &Server) -> kube::Client {
-    let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).expect("read kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig");
-    kube::Client::try_from(config).expect("client")
+    server.client().await
 }
 
 /// A client that trusts the server but presents no credentials.

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
 use support::Server;
 
@@ -21,11 +20,7 @@ const NS: &str = "default";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 async fn client(server: &Server) -> kube::Client {
-    let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).expect("read kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig");
-    kube::Client::try_from(config).expect("client")
+    server.client().await
 }
 
 fn deployment(name: &str, replicas: i32, image: &str, strategy: Value) -> Deployment {

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 use support::Server;
 
@@ -19,11 +18,7 @@ const NS: &str = "default";
 const TIMEOUT: Duration = Duration::from_secs(45);
 
 async fn client(server: &Server) -> kube::Client {
-    let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).expect("read kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig");
-    kube::Client::try_from(config).expect("client")
+    server.client().await
 }
 
 /// Polls `check` until it returns Some, or panics with `what` after TIMEOUT.

@@ -10,18 +10,13 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
 use support::Server;
 
 use k3rs::scheduler;
 
 async fn client(server: &Server) -> kube::Client {
-    let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).expect("read kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig");
-    kube::Client::try_from(config).expect("client")
+    server.client().await
 }
 
 /// Starts a server and the scheduler in-process.

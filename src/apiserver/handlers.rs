@@ -672,10 +672,8 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query) -> Api
         first.push(bookmark(&info, start_revision, true));
     }
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
-    let state_for_task = state.clone();
     let prefix_for_task = prefix.clone();
     tokio::spawn(async move {
-        let _ = state_for_task;
         let mut receiver = receiver;
         let deadline = tokio::time::Instant::now() + timeout;
         let mut last_revision = start_revision;
@@ -1452,7 +1450,7 @@ pub async fn delete(state: &AppState, target: &Target, query: &Query, body: &[u8
         let policy = options
             .propagation
             .clone()
-            .unwrap_or_else(|| default_propagation(&info).to_string());
+            .unwrap_or_else(|| "Background".to_string());
         let mut changed = false;
         let wanted_finalizer = match policy.as_str() {
             "Foreground" => Some("foregroundDeletion"),
@@ -1559,12 +1557,6 @@ pub async fn delete(state: &AppState, target: &Target, query: &Query, body: &[u8
         &name,
         "too many concurrent writers; try again",
     ))
-}
-
-/// kube-apiserver's default propagation: orphan for a few legacy kinds when the
-/// client says nothing... in practice Background for everything served today.
-fn default_propagation(_info: &ResourceInfo) -> &'static str {
-    "Background"
 }
 
 pub async fn delete_collection(

@@ -34,7 +34,6 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use axum::body::Body;
 use axum::http::{HeaderValue, Method, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
@@ -560,6 +559,3 @@ fn ignore_exists(result: Result<Response, ApiError>) -> anyhow::Result<()> {
         Err(e) => Err(anyhow::anyhow!("{e}")),
     }
 }
-
-#[allow(dead_code)]
-fn _body_is_send(_: Body) {}

@@ -554,8 +554,6 @@ pub fn apply_defaults(info: &ResourceInfo, value: &mut Value) {
                 set_default(spec, "backoffLimit", json!(6));
                 set_default(spec, "completionMode", json!("NonIndexed"));
                 set_default(spec, "suspend", json!(false));
-                set_default(spec, "manualSelector", Value::Null);
-                spec.remove("manualSelector");
                 set_default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
             }
             default_template(value, &["spec", "template"]);

@@ -101,6 +101,19 @@ impl Server {
         }
     }
 
+    /// A kube-rs client with the admin credentials of the written kubeconfig.
+    pub async fn client(&self) -> kube::Client {
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("read kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("kubeconfig");
+        kube::Client::try_from(config).expect("client")
+    }
+
     pub fn url(&self) -> String {
         format!("https://127.0.0.1:{}", self.port)
     }
