@@ -17,7 +17,8 @@ pub mod framework;
 pub mod leader;
 pub mod quantity;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -96,9 +97,152 @@ impl Rng {
     }
 }
 
-struct Backoff {
-    attempts: u32,
-    until: Instant,
+/// How long an unschedulable pod waits for a cluster change before it is tried
+/// again anyway (kube-scheduler's `podMaxInUnschedulablePodsDuration`).
+const MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(300);
+
+/// How often parked pods are checked against [`MAX_IN_UNSCHEDULABLE`].
+const UNSCHEDULABLE_SWEEP: Duration = Duration::from_secs(30);
+
+/// Failed attempts of one pod, for its back-off.
+struct Attempts {
+    count: u32,
+    last: Instant,
+}
+
+/// The scheduling queue, shaped like kube-scheduler's: an active FIFO, a back-off
+/// queue (a pod waits there until its back-off expires) and an unschedulable pool
+/// (a pod that fit no node waits there for a cluster change that may let it fit,
+/// or at most [`MAX_IN_UNSCHEDULABLE`]). Parking unschedulable pods instead of
+/// retrying them on a timer is what keeps thousands of pending pods from turning
+/// into a storm of attempts, condition patches and events.
+#[derive(Default)]
+struct Queue {
+    active: VecDeque<String>,
+    in_active: HashSet<String>,
+    /// Pod key → when its back-off ends; the heap orders them (stale heap entries
+    /// are skipped when they no longer match the map).
+    backoff: HashMap<String, Instant>,
+    backoff_heap: BinaryHeap<Reverse<(Instant, String)>>,
+    unschedulable: HashMap<String, Instant>,
+    attempts: HashMap<String, Attempts>,
+}
+
+impl Queue {
+    /// Queues a new or changed pod for an immediate attempt.
+    fn activate(&mut self, key: &str) {
+        self.backoff.remove(key);
+        self.unschedulable.remove(key);
+        if self.in_active.insert(key.to_string()) {
+            self.active.push_back(key.to_string());
+        }
+    }
+
+    /// Forgets a pod that is no longer pending.
+    fn forget(&mut self, key: &str) {
+        self.backoff.remove(key);
+        self.unschedulable.remove(key);
+        self.attempts.remove(key);
+        // `active` entries of forgotten pods are skipped when popped.
+    }
+
+    fn record_attempt(&mut self, key: &str) -> u32 {
+        let now = Instant::now();
+        let entry = self.attempts.entry(key.to_string()).or_insert(Attempts {
+            count: 0,
+            last: now,
+        });
+        entry.count += 1;
+        entry.last = now;
+        entry.count
+    }
+
+    fn backoff_delay(attempts: u32, initial: Duration, max: Duration) -> Duration {
+        initial
+            .saturating_mul(1u32 << attempts.saturating_sub(1).min(16))
+            .min(max)
+    }
+
+    fn push_backoff(&mut self, key: &str, until: Instant) {
+        self.backoff.insert(key.to_string(), until);
+        self.backoff_heap.push(Reverse((until, key.to_string())));
+    }
+
+    /// A failed attempt that may succeed by itself (an API error): retry after back-off.
+    fn back_off(&mut self, key: &str, initial: Duration, max: Duration) {
+        let attempts = self.record_attempt(key);
+        let until = Instant::now() + Self::backoff_delay(attempts, initial, max);
+        self.unschedulable.remove(key);
+        self.push_backoff(key, until);
+    }
+
+    /// No node fits: park the pod until the cluster changes.
+    fn park_unschedulable(&mut self, key: &str) {
+        self.record_attempt(key);
+        self.backoff.remove(key);
+        self.unschedulable.insert(key.to_string(), Instant::now());
+    }
+
+    /// A cluster change that may make parked pods fit: each goes to the back-off
+    /// queue for what is left of its back-off, or straight to the active queue.
+    fn move_unschedulable(&mut self, initial: Duration, max: Duration) {
+        let keys: Vec<String> = self.unschedulable.keys().cloned().collect();
+        self.requeue(keys, initial, max);
+    }
+
+    /// Pods parked longer than [`MAX_IN_UNSCHEDULABLE`] get another try.
+    fn flush_stale_unschedulable(&mut self, initial: Duration, max: Duration) {
+        let keys: Vec<String> = self
+            .unschedulable
+            .iter()
+            .filter(|(_, since)| since.elapsed() >= MAX_IN_UNSCHEDULABLE)
+            .map(|(k, _)| k.clone())
+            .collect();
+        self.requeue(keys, initial, max);
+    }
+
+    fn requeue(&mut self, keys: Vec<String>, initial: Duration, max: Duration) {
+        let now = Instant::now();
+        for key in keys {
+            self.unschedulable.remove(&key);
+            let until = self
+                .attempts
+                .get(&key)
+                .map(|a| a.last + Self::backoff_delay(a.count, initial, max))
+                .unwrap_or(now);
+            if until <= now {
+                self.activate(&key);
+            } else {
+                self.push_backoff(&key, until);
+            }
+        }
+    }
+
+    fn next_ready(&mut self) -> Option<String> {
+        let now = Instant::now();
+        while let Some(Reverse((until, key))) = self.backoff_heap.peek().cloned() {
+            if until > now {
+                break;
+            }
+            self.backoff_heap.pop();
+            if self.backoff.get(&key) == Some(&until) {
+                self.activate(&key);
+            }
+        }
+        let key = self.active.pop_front()?;
+        self.in_active.remove(&key);
+        Some(key)
+    }
+
+    fn next_deadline(&mut self) -> Option<Instant> {
+        while let Some(Reverse((until, key))) = self.backoff_heap.peek() {
+            if self.backoff.get(key) == Some(until) {
+                return Some(*until);
+            }
+            self.backoff_heap.pop();
+        }
+        None
+    }
 }
 
 #[derive(Default)]
@@ -106,65 +250,12 @@ struct State {
     cache: Cache,
     /// Pending pods (no nodeName, our scheduler name), by key.
     pending: HashMap<String, Arc<Pod>>,
-    active: VecDeque<String>,
-    in_active: HashSet<String>,
-    backoff: HashMap<String, Backoff>,
+    queue: Queue,
     nodes_synced: bool,
     assigned_synced: bool,
     /// Keys seen during a watch re-list, to drop what vanished meanwhile.
     relist_pending: Option<HashSet<String>>,
     relist_assigned: Option<HashSet<String>>,
-}
-
-impl State {
-    fn activate(&mut self, key: &str) {
-        self.backoff.remove(key);
-        if self.in_active.insert(key.to_string()) {
-            self.active.push_back(key.to_string());
-        }
-    }
-
-    /// A cluster change that may make unschedulable pods fit: retry them all now.
-    fn flush_backoff(&mut self) {
-        let keys: Vec<String> = self.backoff.keys().cloned().collect();
-        for k in keys {
-            self.activate(&k);
-        }
-    }
-
-    fn next_ready(&mut self) -> Option<String> {
-        let now = Instant::now();
-        let due: Vec<String> = self
-            .backoff
-            .iter()
-            .filter(|(_, b)| b.until <= now)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in due {
-            self.activate(&k);
-        }
-        let key = self.active.pop_front()?;
-        self.in_active.remove(&key);
-        Some(key)
-    }
-
-    fn next_deadline(&self) -> Option<Instant> {
-        self.backoff.values().map(|b| b.until).min()
-    }
-
-    fn back_off(&mut self, key: &str, initial: Duration, max: Duration) {
-        let attempts = self.backoff.get(key).map(|b| b.attempts).unwrap_or(0) + 1;
-        let delay = initial
-            .saturating_mul(1u32 << (attempts - 1).min(16))
-            .min(max);
-        self.backoff.insert(
-            key.to_string(),
-            Backoff {
-                attempts,
-                until: Instant::now() + delay,
-            },
-        );
-    }
 }
 
 struct Shared {
@@ -273,7 +364,9 @@ async fn watch_nodes(shared: Arc<Shared>) {
             }
         }
         if changed {
-            st.flush_backoff();
+            let cfg = &shared.config;
+            st.queue
+                .move_unschedulable(cfg.initial_backoff, cfg.max_backoff);
             drop(st);
             shared.wake.notify_one();
         }
@@ -284,7 +377,7 @@ fn apply_pending(st: &mut State, pod: Pod) {
     let key = pod_key(&pod);
     if !is_pending_for_us(&pod) {
         st.pending.remove(&key);
-        st.backoff.remove(&key);
+        st.queue.forget(&key);
         return;
     }
     let pod = Arc::new(pod);
@@ -295,7 +388,7 @@ fn apply_pending(st: &mut State, pod: Pod) {
         None => true,
     };
     if retry {
-        st.activate(&key);
+        st.queue.activate(&key);
     }
 }
 
@@ -325,15 +418,20 @@ async fn watch_pending(shared: Arc<Shared>) {
             Event::Delete(pod) => {
                 let key = pod_key(&pod);
                 st.pending.remove(&key);
-                st.backoff.remove(&key);
+                st.queue.forget(&key);
             }
             Event::InitDone => {
                 if let Some(seen) = st.relist_pending.take() {
-                    st.pending.retain(|k, _| seen.contains(k));
-                    let State {
-                        backoff, pending, ..
-                    } = &mut *st;
-                    backoff.retain(|k, _| pending.contains_key(k));
+                    let gone: Vec<String> = st
+                        .pending
+                        .keys()
+                        .filter(|k| !seen.contains(*k))
+                        .cloned()
+                        .collect();
+                    for key in gone {
+                        st.pending.remove(&key);
+                        st.queue.forget(&key);
+                    }
                 }
             }
         }
@@ -399,7 +497,9 @@ async fn watch_assigned(shared: Arc<Shared>) {
             }
         }
         if freed {
-            st.flush_backoff();
+            let cfg = &shared.config;
+            st.queue
+                .move_unschedulable(cfg.initial_backoff, cfg.max_backoff);
             drop(st);
             shared.wake.notify_one();
         }
@@ -410,7 +510,16 @@ async fn schedule_loop(shared: Arc<Shared>, mut leader: watch::Receiver<bool>) {
     let binds = Arc::new(Semaphore::new(shared.config.parallel_binds.max(1)));
     let mut rng = Rng(random_u64() | 1);
     let mut last_sweep = Instant::now();
+    let mut last_unschedulable_sweep = Instant::now();
     loop {
+        if last_unschedulable_sweep.elapsed() > UNSCHEDULABLE_SWEEP {
+            last_unschedulable_sweep = Instant::now();
+            let cfg = &shared.config;
+            shared
+                .lock()
+                .queue
+                .flush_stale_unschedulable(cfg.initial_backoff, cfg.max_backoff);
+        }
         if last_sweep.elapsed() > ASSUME_TTL {
             last_sweep = Instant::now();
             let expired = shared.lock().cache.expire_assumed(ASSUME_TTL);
@@ -428,13 +537,13 @@ async fn schedule_loop(shared: Arc<Shared>, mut leader: watch::Receiver<bool>) {
         let next = {
             let mut st = shared.lock();
             if st.nodes_synced && st.assigned_synced {
-                st.next_ready().map(|k| (k, st.next_deadline()))
+                st.queue.next_ready()
             } else {
                 None
             }
         };
-        let Some((key, _)) = next else {
-            let deadline = shared.lock().next_deadline();
+        let Some(key) = next else {
+            let deadline = shared.lock().queue.next_deadline();
             let wait = deadline
                 .map(|d| d.saturating_duration_since(Instant::now()))
                 .unwrap_or(Duration::from_secs(1))
@@ -465,10 +574,7 @@ async fn schedule_one(shared: &Arc<Shared>, binds: &Arc<Semaphore>, key: &str, r
         let result = st.cache.find_node(&pod, &mut || rng.next());
         match &result {
             Ok(node) => st.cache.add_pod(key, PodInfo::new(&pod, node, false)),
-            Err(_) => {
-                let cfg = &shared.config;
-                st.back_off(key, cfg.initial_backoff, cfg.max_backoff);
-            }
+            Err(_) => st.queue.park_unschedulable(key),
         }
         (pod, result)
     };
@@ -539,7 +645,7 @@ async fn bind(shared: &Arc<Shared>, key: &str, pod: &Pod, node: &str) {
             }
             if !gone_or_bound && st.pending.contains_key(key) {
                 let cfg = &shared.config;
-                st.back_off(key, cfg.initial_backoff, cfg.max_backoff);
+                st.queue.back_off(key, cfg.initial_backoff, cfg.max_backoff);
             }
             drop(st);
             shared.wake.notify_one();
@@ -604,4 +710,71 @@ fn now_time() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         k8s_openapi::jiff::Timestamp::new(t.as_secs() as i64, 0).unwrap_or_default(),
     )
+}
+
+#[cfg(test)]
+mod queue_tests {
+    use super::*;
+
+    const INITIAL: Duration = Duration::from_millis(40);
+    const MAX: Duration = Duration::from_millis(200);
+
+    #[test]
+    fn unschedulable_pods_wait_for_a_cluster_change() {
+        let mut q = Queue::default();
+        q.activate("a");
+        assert_eq!(q.next_ready().as_deref(), Some("a"));
+        q.park_unschedulable("a");
+        std::thread::sleep(MAX * 2);
+        // No timer brings it back: only a cluster change (or the 5-minute sweep).
+        assert_eq!(q.next_ready(), None);
+        assert_eq!(q.next_deadline(), None);
+        q.move_unschedulable(INITIAL, MAX);
+        assert_eq!(q.next_ready().as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn a_cluster_change_right_after_a_failure_waits_out_the_back_off() {
+        let mut q = Queue::default();
+        q.activate("a");
+        q.next_ready();
+        q.park_unschedulable("a");
+        q.park_unschedulable("a"); // second failure: back-off 80 ms
+        q.move_unschedulable(INITIAL, MAX);
+        assert_eq!(q.next_ready(), None, "still backing off");
+        assert!(q.next_deadline().is_some());
+        std::thread::sleep(INITIAL * 3);
+        assert_eq!(q.next_ready().as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn back_off_doubles_and_is_capped() {
+        assert_eq!(Queue::backoff_delay(1, INITIAL, MAX), INITIAL);
+        assert_eq!(Queue::backoff_delay(2, INITIAL, MAX), INITIAL * 2);
+        assert_eq!(Queue::backoff_delay(3, INITIAL, MAX), INITIAL * 4);
+        assert_eq!(Queue::backoff_delay(30, INITIAL, MAX), MAX);
+    }
+
+    #[test]
+    fn forgotten_and_reactivated_pods_leave_no_stale_timers() {
+        let mut q = Queue::default();
+        q.back_off("a", INITIAL, MAX);
+        q.forget("a");
+        std::thread::sleep(INITIAL * 2);
+        assert_eq!(q.next_ready(), None);
+        q.back_off("b", INITIAL, MAX);
+        q.activate("b"); // spec changed: try now
+        assert_eq!(q.next_ready().as_deref(), Some("b"));
+        std::thread::sleep(INITIAL * 2);
+        assert_eq!(q.next_ready(), None, "the old back-off entry is stale");
+    }
+
+    #[test]
+    fn a_pod_is_queued_once() {
+        let mut q = Queue::default();
+        q.activate("a");
+        q.activate("a");
+        assert_eq!(q.next_ready().as_deref(), Some("a"));
+        assert_eq!(q.next_ready(), None);
+    }
 }
