@@ -256,6 +256,30 @@ fn typed_crud_and_watch_with_kube_rs() {
             .is_some()
         {}
         assert!(started.elapsed() < Duration::from_secs(8));
+
+        // A metadata-only watch (what metadata informers ask for) gets
+        // PartialObjectMetadata objects without the data.
+        let request = http::Request::get(format!(
+            "/api/v1/namespaces/crud/configmaps?watch=1&timeoutSeconds=1&resourceVersion={start_rv}"
+        ))
+        .header(
+            "accept",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
+        )
+        .body(Vec::new())
+        .unwrap();
+        let text = client.request_text(request).await.unwrap();
+        let events: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(events.len(), 3, "{text}");
+        for event in &events {
+            assert_eq!(event["object"]["kind"], "PartialObjectMetadata", "{event}");
+            assert_eq!(event["object"]["apiVersion"], "meta.k8s.io/v1");
+            assert_eq!(event["object"]["metadata"]["name"], "one");
+            assert!(event["object"].get("data").is_none(), "{event}");
+        }
     });
 }
 

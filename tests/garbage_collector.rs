@@ -289,3 +289,84 @@ async fn kubectl_delete_deployment_leaves_no_pods() {
     );
     wait_all_gone(&client, "kc").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_owned_by_a_new_custom_resource_are_collected() {
+    let server = Server::start();
+    let client = client(&server).await;
+    // A CRD created after the collector started: its kind is unknown to the
+    // collector's first discovery and its resource has no watch yet.
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    });
+    let out = server.kubectl_with(
+        Path::new("kubectl"),
+        &["apply", "-f", "-"],
+        Some(&crd.to_string()),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let resource = kube::core::ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    let widgets: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), NS, &resource);
+    let widget: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"}
+    }))
+    .expect("widget");
+    let widget = wait_for("custom resource served", || async {
+        widgets.create(&PostParams::default(), &widget).await.ok()
+    })
+    .await;
+    let uid = widget.metadata.uid.expect("uid");
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {
+        "name": "widget-config",
+        "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Widget", "name": "w1", "uid": uid}]
+    }}))
+    .expect("configmap");
+    configmaps
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("create owned configmap");
+    // Still owned: not collected.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        configmaps
+            .get_opt("widget-config")
+            .await
+            .expect("get")
+            .is_some()
+    );
+
+    widgets
+        .delete("w1", &DeleteParams::default())
+        .await
+        .expect("delete widget");
+    wait_for("configmap owned by the widget collected", || async {
+        configmaps
+            .get_opt("widget-config")
+            .await
+            .expect("get")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}

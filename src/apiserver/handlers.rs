@@ -564,6 +564,7 @@ fn translate(
     prefix: &str,
     name: Option<&str>,
     filter: &Filter,
+    metadata_only: bool,
 ) -> Option<Bytes> {
     if !event.key.starts_with(prefix) {
         return None;
@@ -584,10 +585,23 @@ fn translate(
         (EventType::Modified, false, true) => "DELETED",
         _ => return None,
     };
-    Some(watch_line(kind, &event.bytes))
+    Some(watch_object_line(kind, &event.bytes, metadata_only))
 }
 
-pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query) -> ApiResult {
+/// A watch line carrying the object, or only its `PartialObjectMetadata` when the
+/// client asked for that (metadata informers: the garbage collector, …).
+fn watch_object_line(kind: &str, object: &[u8], metadata_only: bool) -> Bytes {
+    if metadata_only && let Ok(value) = serde_json::from_slice::<Value>(object) {
+        let partial = table::partial_object_metadata(&value);
+        if let Ok(bytes) = serde_json::to_vec(&partial) {
+            return watch_line(kind, &bytes);
+        }
+    }
+    watch_line(kind, object)
+}
+
+pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: Want) -> ApiResult {
+    let metadata_only = matches!(want, Want::PartialMetadata);
     let info = target.info.clone();
     let filter = Filter::from_query(&info, query)?;
     let prefix = info.namespace_prefix(target.namespace.as_deref());
@@ -643,7 +657,7 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query) -> Api
                     .is_none_or(|n| o.key.rsplit('/').next() == Some(n))
             })
             .filter(|o| filter.matches_bytes(&o.bytes))
-            .map(|o| watch_line("ADDED", &o.bytes))
+            .map(|o| watch_object_line("ADDED", &o.bytes, metadata_only))
             .collect();
         (lines, receiver, revision)
     } else {
@@ -654,7 +668,7 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query) -> Api
             Ok((backlog, receiver, revision)) => {
                 let lines = backlog
                     .iter()
-                    .filter_map(|e| translate(e, &prefix, name.as_deref(), &filter))
+                    .filter_map(|e| translate(e, &prefix, name.as_deref(), &filter, metadata_only))
                     .collect();
                 (lines, receiver, revision)
             }
@@ -688,7 +702,7 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query) -> Api
                 event = receiver.recv() => match event {
                     Ok(event) => {
                         last_revision = event.revision;
-                        if let Some(line) = translate(&event, &prefix_for_task, name.as_deref(), &filter)
+                        if let Some(line) = translate(&event, &prefix_for_task, name.as_deref(), &filter, metadata_only)
                             && tx.send(line).await.is_err()
                         {
                             break;

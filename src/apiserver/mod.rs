@@ -424,7 +424,7 @@ async fn serve(
             match *method {
                 Method::GET => {
                     if target.legacy_watch || query.flag("watch") {
-                        handlers::watch(state, target, query).await
+                        handlers::watch(state, target, query, want).await
                     } else if target.name.is_some() {
                         handlers::get(state, target, query, want).await
                     } else {
