@@ -39,7 +39,7 @@ fn value_response(status: StatusCode, value: &Value) -> Response {
     json_response(status, serde_json::to_vec(value).unwrap_or_default())
 }
 
-fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+pub fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
     for w in warnings {
         if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{}\"", w.replace('"', "\\\""))) {
             response.headers_mut().append(header::WARNING, v);
@@ -1262,14 +1262,24 @@ pub async fn update(
     .await
 }
 
+/// Another version's shape of a stored resource (events.k8s.io Events over core
+/// Events): a patch is applied to the object in that shape.
+pub struct View {
+    pub info: Arc<ResourceInfo>,
+    pub to_view: fn(&Value) -> Value,
+    pub from_view: fn(&Value) -> Value,
+}
+
 pub async fn patch(
     state: &AppState,
     target: &Target,
     query: &Query,
     headers: &HeaderMap,
     body: &[u8],
+    view: Option<&View>,
 ) -> ApiResult {
-    let info = target.info.clone();
+    // The resource as the client sees it: the view's when there is one.
+    let info = view.map_or_else(|| target.info.clone(), |v| v.info.clone());
     check_body_size(body)?;
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -1289,6 +1299,13 @@ pub async fn patch(
         ));
     }
     if patch_type == PatchType::Apply {
+        if view.is_some() {
+            return Err(ApiError::unsupported_media_type(format!(
+                "server-side apply is not supported for {}/{}; apply to the core/v1 resource instead",
+                info.api_version(),
+                info.plural
+            )));
+        }
         return super::apply::server_side_apply(state, target, query, body).await;
     }
     let patch_doc: Value = serde_json::from_slice(body)
@@ -1306,7 +1323,11 @@ pub async fn patch(
     let user_agent = headers
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok());
-    update_with_agent(state, target, query, pinned, user_agent, move |old| {
+    let to_view = view.map(|v| v.to_view);
+    let from_view = view.map(|v| v.from_view);
+    update_with_agent(state, target, query, pinned, user_agent, move |stored| {
+        let viewed = to_view.map(|f| f(stored));
+        let old = viewed.as_ref().unwrap_or(stored);
         let mut new = match patch_type {
             PatchType::Json => patch::apply_json_patch(old, &patch_doc).map_err(patch_error)?,
             PatchType::Merge => patch::apply_merge_patch(old, &patch_doc),
@@ -1327,6 +1348,9 @@ pub async fn patch(
         }
         check_type_meta(&info_for_patch, &mut new)?;
         let warnings = type_check(state, &info_for_patch, &mut new, validation)?;
+        if let Some(from_view) = from_view {
+            new = from_view(&new);
+        }
         Ok(Prepared::Write(new, warnings))
     })
     .await

@@ -11,6 +11,7 @@ pub mod apply;
 pub mod authn;
 pub mod crd;
 pub mod discovery;
+pub mod events_view;
 pub mod handlers;
 pub mod managed_fields;
 pub mod metrics;
@@ -421,6 +422,18 @@ async fn serve(
         Route::NotFound => Err(not_found()),
         Route::Resource(target) => {
             let want = request::negotiate(accept)?;
+            if events_view::is_view(&target.info) {
+                return events_view::serve(
+                    state,
+                    method,
+                    &parts.headers,
+                    target,
+                    query,
+                    body,
+                    want,
+                )
+                .await;
+            }
             match *method {
                 Method::GET => {
                     if target.legacy_watch || query.flag("watch") {
@@ -438,7 +451,7 @@ async fn serve(
                     handlers::update(state, target, query, &parts.headers, body).await
                 }
                 Method::PATCH if target.name.is_some() => {
-                    handlers::patch(state, target, query, &parts.headers, body).await
+                    handlers::patch(state, target, query, &parts.headers, body, None).await
                 }
                 Method::DELETE if target.name.is_some() && target.subresource.is_none() => {
                     handlers::delete(state, target, query, body).await
