@@ -11,14 +11,18 @@
 //! `workload.rs` holds what the workload controllers share; `events.rs` the event
 //! recorder.
 
+pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod events;
 pub mod garbage_collector;
+pub mod job;
 pub mod namespace;
 pub mod replicaset;
+pub mod replicationcontroller;
 pub mod serviceaccount;
+pub mod statefulset;
 pub mod workload;
 
 use std::time::Duration;
@@ -27,7 +31,11 @@ use std::time::Duration;
 pub async fn run(client: kube::Client) {
     let namespaces = tokio::spawn(namespace::run(client.clone()));
     tokio::spawn(replicaset::run(client.clone()));
+    tokio::spawn(replicationcontroller::run(client.clone()));
     tokio::spawn(deployment::run(client.clone()));
+    tokio::spawn(daemonset::run(client.clone()));
+    tokio::spawn(statefulset::run(client.clone()));
+    tokio::spawn(job::run(client.clone()));
     tokio::spawn(endpoints::run(client.clone()));
     tokio::spawn(endpointslice::run(client.clone()));
     tokio::spawn(serviceaccount::run(client.clone()));
