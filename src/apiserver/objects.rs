@@ -971,6 +971,63 @@ mod tests {
     }
 
     #[test]
+    fn job_selector_and_labels_are_generated_unless_manual() {
+        let r = Registry::new();
+        let jobs = r.find("batch", "v1", "jobs").unwrap();
+        let mut job = json!({"metadata": {"name": "pi", "uid": "u-1"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "perl"}]}}}});
+        apply_defaults(&jobs, &mut job);
+        let labels = &job["spec"]["template"]["metadata"]["labels"];
+        assert_eq!(labels["batch.kubernetes.io/controller-uid"], "u-1");
+        assert_eq!(labels["controller-uid"], "u-1");
+        assert_eq!(labels["batch.kubernetes.io/job-name"], "pi");
+        assert_eq!(labels["job-name"], "pi");
+        assert_eq!(
+            job["spec"]["selector"],
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}})
+        );
+        assert_eq!(job["metadata"]["labels"], *labels);
+        assert_eq!(job["spec"]["completions"], 1);
+        // A work queue (parallelism only) keeps completions unset.
+        let mut queue = json!({"metadata": {"name": "q", "uid": "u-2"},
+            "spec": {"parallelism": 3, "template": {"spec": {"containers": []}}}});
+        apply_defaults(&jobs, &mut queue);
+        assert!(queue["spec"].get("completions").is_none());
+        // manualSelector: nothing generated, the user's selector kept.
+        let mut manual = json!({"metadata": {"name": "m", "uid": "u-3"},
+            "spec": {"manualSelector": true, "selector": {"matchLabels": {"x": "y"}},
+                     "template": {"metadata": {"labels": {"x": "y"}}, "spec": {"containers": []}}}});
+        apply_defaults(&jobs, &mut manual);
+        assert_eq!(
+            manual["spec"]["selector"],
+            json!({"matchLabels": {"x": "y"}})
+        );
+        assert_eq!(
+            manual["spec"]["template"]["metadata"]["labels"],
+            json!({"x": "y"})
+        );
+        assert_eq!(manual["spec"]["manualSelector"], true);
+    }
+
+    #[test]
+    fn replication_controller_selector_defaults_to_template_labels() {
+        let r = Registry::new();
+        let rcs = r.find("", "v1", "replicationcontrollers").unwrap();
+        let mut rc = json!({"metadata": {"name": "rc"},
+            "spec": {"template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}}}});
+        apply_defaults(&rcs, &mut rc);
+        assert_eq!(rc["spec"]["selector"], json!({"app": "web"}));
+        assert_eq!(rc["metadata"]["labels"], json!({"app": "web"}));
+        let mut own = json!({"metadata": {"name": "rc", "labels": {"team": "a"}},
+            "spec": {"selector": {"app": "web"},
+                     "template": {"metadata": {"labels": {"app": "web", "v": "1"}}, "spec": {"containers": []}}}});
+        apply_defaults(&rcs, &mut own);
+        assert_eq!(own["spec"]["selector"], json!({"app": "web"}));
+        assert_eq!(own["metadata"]["labels"], json!({"team": "a"}));
+    }
+
+    #[test]
     fn pod_defaults() {
         let r = Registry::new();
         let pods = r.find("", "v1", "pods").unwrap();

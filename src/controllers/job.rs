@@ -208,7 +208,18 @@ fn restarts(pods: &[&Pod]) -> i32 {
 // Reconcile.
 
 async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
-    Ok(sync(&job, &ctx).await?)
+    // The cache may not show our last status write yet (startTime, conditions), and
+    // acting on a stale status would restart the deadline or finish a Job twice.
+    let namespace = job.namespace().context("job has no namespace")?;
+    let api: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
+    let fresh = api
+        .get_opt(&job.name_any())
+        .await
+        .with_context(|| format!("reading job {namespace}/{}", job.name_any()))?;
+    match fresh {
+        Some(job) => Ok(sync(&job, &ctx).await?),
+        None => Ok(Action::await_change()),
+    }
 }
 
 async fn sync(job: &Job, ctx: &Context) -> anyhow::Result<Action> {
@@ -527,16 +538,21 @@ async fn sync(job: &Job, ctx: &Context) -> anyhow::Result<Action> {
         .flatten()
         .any(|(k, v)| current.get(k).unwrap_or(&serde_json::Value::Null) != v);
     if changed {
+        // Under the resourceVersion we read: a concurrent change is a conflict
+        // (and a fresh sync), not a lost update.
+        let patch = json!({
+            "metadata": {"resourceVersion": job.metadata.resource_version},
+            "status": new_status,
+        });
         match jobs_api
-            .patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": new_status})),
-            )
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await
         {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Action::await_change()),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                return Ok(Action::requeue(Duration::from_millis(200)));
+            }
             Err(e) => {
                 return Err(anyhow::Error::new(e)
                     .context(format!("writing status of job {namespace}/{name}")));

@@ -11,6 +11,7 @@
 //! `workload.rs` holds what the workload controllers share; `events.rs` the event
 //! recorder.
 
+pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
@@ -36,6 +37,7 @@ pub async fn run(client: kube::Client) {
     tokio::spawn(daemonset::run(client.clone()));
     tokio::spawn(statefulset::run(client.clone()));
     tokio::spawn(job::run(client.clone()));
+    tokio::spawn(cronjob::run(client.clone()));
     tokio::spawn(endpoints::run(client.clone()));
     tokio::spawn(endpointslice::run(client.clone()));
     tokio::spawn(serviceaccount::run(client.clone()));
