@@ -1148,7 +1148,7 @@ async fn cronjob_creates_jobs_and_forbid_skips_while_active() {
     .await;
     assert_eq!(
         pod_job_names(&cron_jobs(&client, "tick").await),
-        [name.clone()]
+        std::slice::from_ref(&name)
     );
     wait_event(
         &client,
@@ -1302,4 +1302,43 @@ async fn cronjob_replace_and_history_limits() {
         "Deleted job hist-",
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cronjob_bad_schedule_or_time_zone_is_reported_and_runs_nothing() {
+    let server = fast_cron_server();
+    let client = server.client().await;
+    let _: CronJob = create(
+        &client,
+        cronjob("garbled", json!({"schedule": "61 * * * *"})),
+    )
+    .await;
+    let _: CronJob = create(
+        &client,
+        cronjob("martian", json!({"timeZone": "Mars/Olympus_Mons"})),
+    )
+    .await;
+    wait_event(
+        &client,
+        "CronJob",
+        "garbled",
+        "UnparseableSchedule",
+        "unparseable schedule: \"61 * * * *\"",
+    )
+    .await;
+    wait_event(
+        &client,
+        "CronJob",
+        "martian",
+        "UnknownTimeZone",
+        "invalid timeZone: \"Mars/Olympus_Mons\"",
+    )
+    .await;
+    // Several schedule periods later, neither has run anything; both objects are intact.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(cron_jobs(&client, "garbled").await.is_empty());
+    assert!(cron_jobs(&client, "martian").await.is_empty());
+    let api: Api<CronJob> = Api::namespaced(client.clone(), NS);
+    let kept = api.get("garbled").await.expect("cronjob kept");
+    assert_eq!(kept.spec.map(|s| s.schedule).as_deref(), Some("61 * * * *"));
 }

@@ -284,21 +284,19 @@ async fn sync(cj: &CronJob, ctx: &Context) -> anyhow::Result<Action> {
         let listed = active.iter().any(|r| r.uid == job_uid);
         let done = finished_condition(job.status.as_ref());
         match (listed, done) {
-            (false, None) => {
-                if job.metadata.deletion_timestamp.is_none() {
-                    ctx.recorder
-                        .record(
-                            &object,
-                            EventType::Warning,
-                            "UnexpectedJob",
-                            &format!(
-                                "Saw a job that the controller did not create or forgot: {}",
-                                job.name_any()
-                            ),
-                        )
-                        .await;
-                    active.push(job_reference(job));
-                }
+            (false, None) if job.metadata.deletion_timestamp.is_none() => {
+                ctx.recorder
+                    .record(
+                        &object,
+                        EventType::Warning,
+                        "UnexpectedJob",
+                        &format!(
+                            "Saw a job that the controller did not create or forgot: {}",
+                            job.name_any()
+                        ),
+                    )
+                    .await;
+                active.push(job_reference(job));
             }
             (true, Some(condition)) => {
                 active.retain(|r| r.uid != job_uid);

@@ -342,10 +342,8 @@ fn plan(nodes: &[NodeState<'_>], hash: &str, rolling: Option<(i32, i32)>, min_re
             let old = pods.iter().find(|p| !updated(p));
             let new = pods.iter().find(|p| updated(p));
             match (old, new) {
-                (Some(old), Some(new)) => {
-                    if available(new) {
-                        plan.delete.push((old.name_any(), node.name.clone()));
-                    }
+                (Some(old), Some(new)) if available(new) => {
+                    plan.delete.push((old.name_any(), node.name.clone()));
                 }
                 (Some(old), None) => {
                     if !available(old) {
