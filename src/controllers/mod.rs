@@ -3,13 +3,19 @@
 //! `system:kube-controller-manager` identity; none may touch `store`.
 //!
 //! Running today: the namespace controller (empties a deleted namespace, then
-//! releases it), the ReplicaSet controller (pods to match replicas, adoption,
-//! status) and the Deployment controller (template-hash ReplicaSets, rolling
-//! updates and Recreate, revisions, conditions), the garbage collector
-//! (ownerReferences: background, foreground, orphan), Endpoints and EndpointSlices
-//! for Services with selectors, and a `default` ServiceAccount per namespace.
-//! `workload.rs` holds what the workload controllers share; `events.rs` the event
-//! recorder.
+//! releases it), the ReplicaSet and ReplicationController controllers (one shared
+//! loop: pods to match replicas, adoption, status), the Deployment controller
+//! (template-hash ReplicaSets, rolling updates and Recreate, revisions,
+//! conditions), the DaemonSet controller (a pod per eligible node, pinned through
+//! node affinity for the scheduler, ControllerRevisions, rolling updates), the
+//! StatefulSet controller (ordinal pods, PVCs from claim templates, ordered or
+//! parallel, partitioned rolling updates), the Job controller (completions,
+//! parallelism, Indexed mode, back-off, deadlines, suspend, TTL after finish), the
+//! CronJob controller (schedules from `crate::cron` in a time zone, concurrency
+//! policies, history), the garbage collector (ownerReferences: background,
+//! foreground, orphan), Endpoints and EndpointSlices for Services with selectors,
+//! and a `default` ServiceAccount per namespace. `workload.rs` holds what the
+//! workload controllers share; `events.rs` the event recorder.
 
 pub mod cronjob;
 pub mod daemonset;
