@@ -432,6 +432,81 @@ fn default_template(value: &mut Value, path: &[&str]) {
     }
 }
 
+/// kube's `generateSelector` for a Job without `manualSelector: true`: the template
+/// gets `batch.kubernetes.io/controller-uid`, `batch.kubernetes.io/job-name` and
+/// the legacy `controller-uid` / `job-name` labels (a label the user set is kept),
+/// and the selector matches on `batch.kubernetes.io/controller-uid`. Needs the uid,
+/// so it only happens once the create path has assigned one.
+fn generate_job_selector(value: &mut Value, name: &str) {
+    let Some(uid) = value
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .map(String::from)
+    else {
+        return;
+    };
+    let Some(template) = value
+        .pointer_mut("/spec/template")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let meta = template.entry("metadata").or_insert_with(|| json!({}));
+    if let Some(meta) = meta.as_object_mut() {
+        let labels = meta.entry("labels").or_insert_with(|| json!({}));
+        if !labels.is_object() {
+            *labels = json!({});
+        }
+        if let Some(labels) = labels.as_object_mut() {
+            for key in ["job-name", "batch.kubernetes.io/job-name"] {
+                labels.entry(key).or_insert_with(|| json!(name));
+            }
+            for key in ["controller-uid", "batch.kubernetes.io/controller-uid"] {
+                labels.entry(key).or_insert_with(|| json!(uid));
+            }
+        }
+    }
+    if let Some(spec) = obj(value, "spec") {
+        let selector = spec.entry("selector").or_insert_with(|| json!({}));
+        if !selector.is_object() {
+            *selector = json!({});
+        }
+        if let Some(selector) = selector.as_object_mut() {
+            let match_labels = selector.entry("matchLabels").or_insert_with(|| json!({}));
+            if !match_labels.is_object() {
+                *match_labels = json!({});
+            }
+            if let Some(m) = match_labels.as_object_mut() {
+                m.entry("batch.kubernetes.io/controller-uid")
+                    .or_insert_with(|| json!(uid));
+            }
+        }
+    }
+}
+
+/// SetDefaults_ReplicationController: an empty selector, and empty object labels,
+/// default to the template's labels.
+fn default_replication_controller_labels(value: &mut Value) {
+    let Some(labels) = value
+        .pointer("/spec/template/metadata/labels")
+        .filter(|l| l.as_object().is_some_and(|m| !m.is_empty()))
+        .cloned()
+    else {
+        return;
+    };
+    let empty = |v: Option<&Value>| v.is_none_or(|v| v.as_object().is_none_or(|m| m.is_empty()));
+    if empty(value.pointer("/spec/selector"))
+        && let Some(spec) = obj(value, "spec")
+    {
+        spec.insert("selector".into(), labels.clone());
+    }
+    if empty(value.pointer("/metadata/labels"))
+        && let Some(meta) = obj(value, "metadata")
+    {
+        meta.insert("labels".into(), labels);
+    }
+}
+
 /// Applies Kubernetes's defaults for built-in kinds (visible in `kubectl get -o yaml`).
 pub fn apply_defaults(info: &ResourceInfo, value: &mut Value) {
     if info.custom {
@@ -516,6 +591,9 @@ pub fn apply_defaults(info: &ResourceInfo, value: &mut Value) {
                     set_default(spec, "minReadySeconds", json!(0));
                 }
             }
+            if info.kind == "ReplicationController" {
+                default_replication_controller_labels(value);
+            }
             default_template(value, &["spec", "template"]);
         }
         ("apps", "StatefulSet") => {
@@ -548,15 +626,39 @@ pub fn apply_defaults(info: &ResourceInfo, value: &mut Value) {
             default_template(value, &["spec", "template"]);
         }
         ("batch", "Job") => {
+            let manual = value
+                .pointer("/spec/manualSelector")
+                .and_then(Value::as_bool)
+                == Some(true);
+            if !manual {
+                generate_job_selector(value, &name);
+            }
             if let Some(spec) = obj(value, "spec") {
+                // With neither set, completions and parallelism default to 1; a work
+                // queue (parallelism only) keeps completions unset.
+                if spec.get("completions").is_none_or(Value::is_null)
+                    && spec.get("parallelism").is_none_or(Value::is_null)
+                {
+                    spec.insert("completions".into(), json!(1));
+                }
                 set_default(spec, "parallelism", json!(1));
-                set_default(spec, "completions", json!(1));
                 set_default(spec, "backoffLimit", json!(6));
                 set_default(spec, "completionMode", json!("NonIndexed"));
                 set_default(spec, "suspend", json!(false));
                 set_default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
             }
             default_template(value, &["spec", "template"]);
+            // SetDefaults_Job: a Job without labels takes its template's.
+            let template_labels = value.pointer("/spec/template/metadata/labels").cloned();
+            if let Some(labels) =
+                template_labels.filter(|l| l.as_object().is_some_and(|m| !m.is_empty()))
+                && value
+                    .pointer("/metadata/labels")
+                    .is_none_or(|l| l.as_object().is_none_or(|m| m.is_empty()))
+                && let Some(meta) = obj(value, "metadata")
+            {
+                meta.insert("labels".into(), labels);
+            }
         }
         ("batch", "CronJob") => {
             if let Some(spec) = obj(value, "spec") {
@@ -866,6 +968,63 @@ mod tests {
                 .as_u16(),
             400
         );
+    }
+
+    #[test]
+    fn job_selector_and_labels_are_generated_unless_manual() {
+        let r = Registry::new();
+        let jobs = r.find("batch", "v1", "jobs").unwrap();
+        let mut job = json!({"metadata": {"name": "pi", "uid": "u-1"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "perl"}]}}}});
+        apply_defaults(&jobs, &mut job);
+        let labels = &job["spec"]["template"]["metadata"]["labels"];
+        assert_eq!(labels["batch.kubernetes.io/controller-uid"], "u-1");
+        assert_eq!(labels["controller-uid"], "u-1");
+        assert_eq!(labels["batch.kubernetes.io/job-name"], "pi");
+        assert_eq!(labels["job-name"], "pi");
+        assert_eq!(
+            job["spec"]["selector"],
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}})
+        );
+        assert_eq!(job["metadata"]["labels"], *labels);
+        assert_eq!(job["spec"]["completions"], 1);
+        // A work queue (parallelism only) keeps completions unset.
+        let mut queue = json!({"metadata": {"name": "q", "uid": "u-2"},
+            "spec": {"parallelism": 3, "template": {"spec": {"containers": []}}}});
+        apply_defaults(&jobs, &mut queue);
+        assert!(queue["spec"].get("completions").is_none());
+        // manualSelector: nothing generated, the user's selector kept.
+        let mut manual = json!({"metadata": {"name": "m", "uid": "u-3"},
+            "spec": {"manualSelector": true, "selector": {"matchLabels": {"x": "y"}},
+                     "template": {"metadata": {"labels": {"x": "y"}}, "spec": {"containers": []}}}});
+        apply_defaults(&jobs, &mut manual);
+        assert_eq!(
+            manual["spec"]["selector"],
+            json!({"matchLabels": {"x": "y"}})
+        );
+        assert_eq!(
+            manual["spec"]["template"]["metadata"]["labels"],
+            json!({"x": "y"})
+        );
+        assert_eq!(manual["spec"]["manualSelector"], true);
+    }
+
+    #[test]
+    fn replication_controller_selector_defaults_to_template_labels() {
+        let r = Registry::new();
+        let rcs = r.find("", "v1", "replicationcontrollers").unwrap();
+        let mut rc = json!({"metadata": {"name": "rc"},
+            "spec": {"template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}}}});
+        apply_defaults(&rcs, &mut rc);
+        assert_eq!(rc["spec"]["selector"], json!({"app": "web"}));
+        assert_eq!(rc["metadata"]["labels"], json!({"app": "web"}));
+        let mut own = json!({"metadata": {"name": "rc", "labels": {"team": "a"}},
+            "spec": {"selector": {"app": "web"},
+                     "template": {"metadata": {"labels": {"app": "web", "v": "1"}}, "spec": {"containers": []}}}});
+        apply_defaults(&rcs, &mut own);
+        assert_eq!(own["spec"]["selector"], json!({"app": "web"}));
+        assert_eq!(own["metadata"]["labels"], json!({"team": "a"}));
     }
 
     #[test]

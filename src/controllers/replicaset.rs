@@ -1,4 +1,6 @@
 //! ReplicaSet controller: keeps `spec.replicas` active Pods for every ReplicaSet.
+//! The same loop, generic over [`ReplicatedPods`], runs ReplicationControllers
+//! (`replicationcontroller.rs` only supplies the kind's accessors).
 //!
 //! Pods are created from `spec.template` with generateName `<rs>-` and a controlling
 //! ownerReference (`controller: true`, `blockOwnerDeletion: true`); surplus pods are
@@ -20,7 +22,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -33,9 +36,46 @@ use tokio::sync::Mutex;
 use super::RETRY;
 use super::events::{EventType, Recorder, reference};
 use super::workload::{
-    ReconcileError, availability, controller_of, controller_ref, is_active, is_ready, ready_since,
-    selector_matches,
+    ReconcileError, ReplicaCounts, ReplicatedPods, availability, controller_of, controller_ref,
+    is_active, is_ready, ready_since, selector_matches,
 };
+
+impl ReplicatedPods for ReplicaSet {
+    const COMPONENT: &'static str = "replicaset-controller";
+
+    fn pod_selector(&self) -> LabelSelector {
+        self.spec
+            .as_ref()
+            .map(|s| s.selector.clone())
+            .unwrap_or_default()
+    }
+
+    fn desired_replicas(&self) -> i32 {
+        self.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
+    }
+
+    fn min_ready_seconds(&self) -> i32 {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.min_ready_seconds)
+            .unwrap_or(0)
+    }
+
+    fn pod_template(&self) -> Option<PodTemplateSpec> {
+        self.spec.as_ref().and_then(|s| s.template.clone())
+    }
+
+    fn counts(&self) -> ReplicaCounts {
+        let status = self.status.clone().unwrap_or_default();
+        ReplicaCounts {
+            replicas: status.replicas,
+            fully_labeled: status.fully_labeled_replicas.unwrap_or(0),
+            ready: status.ready_replicas.unwrap_or(0),
+            available: status.available_replicas.unwrap_or(0),
+            observed_generation: status.observed_generation,
+        }
+    }
+}
 
 /// At most this many pods are created or deleted in one reconcile (kube's burstReplicas).
 const BURST: usize = 500;
@@ -60,36 +100,42 @@ struct Context {
 
 /// Runs the ReplicaSet controller until the process ends.
 pub async fn run(client: kube::Client) {
-    let replicasets: Api<ReplicaSet> = Api::all(client.clone());
+    run_for::<ReplicaSet>(client).await;
+}
+
+/// Runs the replica loop for one kind (ReplicaSet or ReplicationController).
+pub(crate) async fn run_for<K: ReplicatedPods>(client: kube::Client) {
+    let owners: Api<K> = Api::all(client.clone());
     let pods: Api<Pod> = Api::all(client.clone());
-    let controller = Controller::new(replicasets, watcher::Config::default());
+    let controller = Controller::new(owners, watcher::Config::default());
     let store = controller.store();
     let context = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), "replicaset-controller"),
+        recorder: Recorder::new(client.clone(), K::COMPONENT),
         client,
         expectations: Mutex::default(),
     });
     controller
         .watches(pods, watcher::Config::default(), move |pod: Pod| {
-            replicasets_for(&store, &pod)
+            owners_for(&store, &pod)
         })
-        .run(reconcile, error_policy, context)
+        .run(reconcile::<K>, error_policy::<K>, context)
         .for_each(|result| async move {
             if let Err(e) = result {
-                tracing::debug!(error = %e, "replicaset reconcile failed");
+                tracing::debug!(error = %e, kind = K::COMPONENT, "reconcile failed");
             }
         })
         .await;
 }
 
-/// The ReplicaSets a pod event concerns: its controller, or (for an orphan) every
-/// ReplicaSet in its namespace whose selector matches it.
-fn replicasets_for(store: &Store<ReplicaSet>, pod: &Pod) -> Vec<ObjectRef<ReplicaSet>> {
+/// The owners a pod event concerns: its controller, or (for an orphan) every
+/// owner of kind `K` in its namespace whose selector matches it.
+fn owners_for<K: ReplicatedPods>(store: &Store<K>, pod: &Pod) -> Vec<ObjectRef<K>> {
     let Some(namespace) = pod.metadata.namespace.as_deref() else {
         return Vec::new();
     };
     if let Some(owner) = controller_of(&pod.metadata) {
-        if owner.kind == "ReplicaSet" && owner.api_version.starts_with("apps/") {
+        let group = owner.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        if owner.kind == K::kind(&()) && group == K::group(&()) {
             return vec![ObjectRef::new(&owner.name).within(namespace)];
         }
         return Vec::new();
@@ -97,22 +143,18 @@ fn replicasets_for(store: &Store<ReplicaSet>, pod: &Pod) -> Vec<ObjectRef<Replic
     store
         .state()
         .iter()
-        .filter(|rs| rs.metadata.namespace.as_deref() == Some(namespace))
-        .filter(|rs| {
-            selector_matches(
-                &rs.spec
-                    .as_ref()
-                    .map(|s| s.selector.clone())
-                    .unwrap_or_default(),
-                pod.metadata.labels.as_ref(),
-            )
-        })
-        .map(|rs| ObjectRef::from_obj(rs.as_ref()))
+        .filter(|o| o.meta().namespace.as_deref() == Some(namespace))
+        .filter(|o| selector_matches(&o.pod_selector(), pod.metadata.labels.as_ref()))
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
         .collect()
 }
 
-fn error_policy(rs: Arc<ReplicaSet>, error: &ReconcileError, _: Arc<Context>) -> Action {
-    tracing::warn!(replicaset = %rs.name_any(), namespace = ?rs.namespace(), error = %error, "replicaset sync failed; retrying");
+fn error_policy<K: ReplicatedPods>(
+    owner: Arc<K>,
+    error: &ReconcileError,
+    _: Arc<Context>,
+) -> Action {
+    tracing::warn!(kind = %K::kind(&()), name = %owner.name_any(), namespace = ?owner.namespace(), error = %error, "replica sync failed; retrying");
     Action::requeue(RETRY)
 }
 
@@ -167,11 +209,8 @@ fn pods_to_delete(pods: &[&Pod], count: usize) -> Vec<String> {
 }
 
 /// Whether pod labels include every label of the template (fullyLabeledReplicas).
-fn fully_labeled(rs: &ReplicaSet, pod: &Pod) -> bool {
-    let template_labels = rs
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.as_ref())
+fn fully_labeled(template: Option<&PodTemplateSpec>, pod: &Pod) -> bool {
+    let template_labels = template
         .and_then(|t| t.metadata.as_ref())
         .and_then(|m| m.labels.as_ref());
     let Some(template_labels) = template_labels else {
@@ -183,18 +222,21 @@ fn fully_labeled(rs: &ReplicaSet, pod: &Pod) -> bool {
         .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
 }
 
-async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
-    let namespace = rs.namespace().context("replicaset has no namespace")?;
+async fn reconcile<K: ReplicatedPods>(
+    rs: Arc<K>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let kind = K::kind(&());
+    let namespace = rs.namespace().context("object has no namespace")?;
     let name = rs.name_any();
-    let uid = rs.uid().context("replicaset has no uid")?;
-    let spec = rs.spec.clone().unwrap_or_default();
-    let selector = spec.selector.clone();
+    let uid = rs.uid().context("object has no uid")?;
+    let selector = rs.pod_selector();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let list = pods_api
         .list(&ListParams::default())
         .await
-        .with_context(|| format!("listing pods in {namespace} for replicaset {name}"))?;
-    let terminating = rs.metadata.deletion_timestamp.is_some();
+        .with_context(|| format!("listing pods in {namespace} for {kind} {name}"))?;
+    let terminating = rs.meta().deletion_timestamp.is_some();
 
     // Claim: keep matching owned pods, release non-matching ones, adopt orphans.
     let mut owned: Vec<Pod> = Vec::new();
@@ -246,7 +288,7 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, Rec
         }
     };
 
-    let desired = usize::try_from(spec.replicas.unwrap_or(1).max(0)).unwrap_or(0);
+    let desired = usize::try_from(rs.desired_replicas().max(0)).unwrap_or(0);
     if satisfied && !terminating {
         if active.len() < desired {
             let count = (desired - active.len()).min(BURST);
@@ -259,7 +301,7 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, Rec
     }
 
     // Status, from the pods as listed.
-    let min_ready = spec.min_ready_seconds.unwrap_or(0);
+    let min_ready = rs.min_ready_seconds();
     let mut ready = 0;
     let mut available = 0;
     let mut next_check: Option<Duration> = None;
@@ -275,22 +317,26 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, Rec
             Err(None) => {}
         }
     }
-    let fully = active.iter().filter(|p| fully_labeled(&rs, p)).count();
-    let current = rs.status.clone().unwrap_or_default();
+    let template = rs.pod_template();
+    let fully = active
+        .iter()
+        .filter(|p| fully_labeled(template.as_ref(), p))
+        .count();
+    let current = rs.counts();
     let status = json!({
         "replicas": active.len(),
         "fullyLabeledReplicas": fully,
         "readyReplicas": ready,
         "availableReplicas": available,
-        "observedGeneration": rs.metadata.generation.unwrap_or(0),
+        "observedGeneration": rs.meta().generation.unwrap_or(0),
     });
     let unchanged = current.replicas as usize == active.len()
-        && current.fully_labeled_replicas.unwrap_or(0) as usize == fully
-        && current.ready_replicas.unwrap_or(0) == ready
-        && current.available_replicas.unwrap_or(0) == available
-        && current.observed_generation == rs.metadata.generation;
+        && current.fully_labeled as usize == fully
+        && current.ready == ready
+        && current.available == available
+        && current.observed_generation == rs.meta().generation;
     if !unchanged {
-        let api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &namespace);
+        let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
         match api
             .patch_status(
                 &name,
@@ -303,7 +349,7 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, Rec
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Action::await_change()),
             Err(e) => {
                 return Err(anyhow::Error::new(e)
-                    .context(format!("writing status of replicaset {namespace}/{name}"))
+                    .context(format!("writing status of {kind} {namespace}/{name}"))
                     .into());
             }
         }
@@ -333,20 +379,18 @@ fn emit(
 
 /// Creates `count` pods from the template, in doubling batches (1, 2, 4, ...) so a
 /// failing create (quota, admission) fails fast instead of `count` times.
-async fn create_pods(
+async fn create_pods<K: ReplicatedPods>(
     ctx: &Context,
-    rs: &ReplicaSet,
+    rs: &K,
     pods_api: &Api<Pod>,
     count: usize,
 ) -> anyhow::Result<()> {
     let name = rs.name_any();
     let uid = rs.uid().unwrap_or_default();
-    let owner = controller_ref(rs).context("replicaset without name or uid")?;
+    let owner = controller_ref(rs).context("owner without name or uid")?;
     let template = rs
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.clone())
-        .context("replicaset has no pod template")?;
+        .pod_template()
+        .with_context(|| format!("{} {name} has no pod template", K::kind(&())))?;
     let template_meta = template.metadata.unwrap_or_default();
     let pod = Pod {
         metadata: ObjectMeta {
@@ -403,19 +447,19 @@ async fn create_pods(
                 format!("Error creating: {e}"),
             );
             return Err(
-                anyhow::Error::new(e).context(format!("creating pods for replicaset {name}"))
+                anyhow::Error::new(e).context(format!("creating pods for {} {name}", K::kind(&())))
             );
         }
         remaining -= size;
         batch *= 2;
     }
-    tracing::debug!(replicaset = %name, count, "created pods");
+    tracing::debug!(owner = %name, count, "created pods");
     Ok(())
 }
 
-async fn delete_pods(
+async fn delete_pods<K: ReplicatedPods>(
     ctx: &Context,
-    rs: &ReplicaSet,
+    rs: &K,
     pods_api: &Api<Pod>,
     victims: Vec<String>,
 ) -> anyhow::Result<()> {
@@ -460,7 +504,7 @@ async fn delete_pods(
                 );
                 failure = Some(
                     anyhow::Error::new(e)
-                        .context(format!("deleting pod {pod} of replicaset {name}")),
+                        .context(format!("deleting pod {pod} of {} {name}", K::kind(&()))),
                 );
             }
         }
@@ -475,8 +519,8 @@ async fn delete_pods(
 }
 
 /// Makes `rs` the controller of an orphan pod.
-async fn adopt(pods_api: &Api<Pod>, pod: &Pod, rs: &ReplicaSet) -> anyhow::Result<Pod> {
-    let owner = controller_ref(rs).context("replicaset without name or uid")?;
+async fn adopt<K: ReplicatedPods>(pods_api: &Api<Pod>, pod: &Pod, rs: &K) -> anyhow::Result<Pod> {
+    let owner = controller_ref(rs).context("owner without name or uid")?;
     let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();
     refs.push(owner);
     let patch = json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid}});
@@ -488,7 +532,7 @@ async fn adopt(pods_api: &Api<Pod>, pod: &Pod, rs: &ReplicaSet) -> anyhow::Resul
         )
         .await
         .with_context(|| format!("adopting pod {}", pod.name_any()))?;
-    tracing::info!(pod = %pod.name_any(), replicaset = %rs.name_any(), "adopted orphan pod");
+    tracing::info!(pod = %pod.name_any(), owner = %rs.name_any(), "adopted orphan pod");
     Ok(adopted)
 }
 
@@ -511,7 +555,7 @@ async fn release(pods_api: &Api<Pod>, pod: &Pod, uid: &str) -> anyhow::Result<()
         )
         .await
         .with_context(|| format!("releasing pod {}", pod.name_any()))?;
-    tracing::info!(pod = %pod.name_any(), "released pod that no longer matches its replicaset");
+    tracing::info!(pod = %pod.name_any(), "released pod that no longer matches its owner's selector");
     Ok(())
 }
 

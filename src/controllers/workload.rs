@@ -1,12 +1,267 @@
-//! Helpers shared by the workload controllers (ReplicaSet, Deployment): label
-//! selector matching, controller ownerReferences, pod readiness and availability,
-//! and the error type the `kube::runtime::Controller` loops need. Pure functions
-//! over API objects; no I/O.
+//! Helpers shared by the workload controllers (ReplicaSet, ReplicationController,
+//! Deployment, DaemonSet, StatefulSet, Job, CronJob): label selector matching,
+//! controller ownerReferences, pod readiness and availability, the
+//! [`ReplicatedPods`] view that lets ReplicaSets and ReplicationControllers share one
+//! loop, ControllerRevision data, hashes and bookkeeping (DaemonSet, StatefulSet),
+//! and the error type the `kube::runtime::Controller` loops need. Pure functions over
+//! API objects, except `sync_revisions` / `prune_revisions`, which read and write
+//! ControllerRevisions through the API (never the store).
 
-use k8s_openapi::api::core::v1::Pod;
+use anyhow::Context as _;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
-use std::collections::BTreeMap;
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
+
+use super::deployment::template_hash;
+
+/// Status counts of a replicated-pods owner, as last written.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReplicaCounts {
+    pub replicas: i32,
+    pub fully_labeled: i32,
+    pub ready: i32,
+    pub available: i32,
+    pub observed_generation: Option<i64>,
+}
+
+/// A kind that keeps N interchangeable pods from one template (ReplicaSet,
+/// ReplicationController): the accessors the shared replica loop needs.
+pub trait ReplicatedPods:
+    kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + serde::Serialize
+    + Send
+    + Sync
+    + 'static
+{
+    /// The event source component (`replicaset-controller`, `replication-controller`).
+    const COMPONENT: &'static str;
+    /// The pod selector as a LabelSelector.
+    fn pod_selector(&self) -> LabelSelector;
+    /// `spec.replicas` (defaulted).
+    fn desired_replicas(&self) -> i32;
+    fn min_ready_seconds(&self) -> i32;
+    fn pod_template(&self) -> Option<PodTemplateSpec>;
+    /// The counts currently in status.
+    fn counts(&self) -> ReplicaCounts;
+}
+
+/// Label carrying the ControllerRevision hash on DaemonSet / StatefulSet pods.
+pub const REVISION_HASH_LABEL: &str = "controller-revision-hash";
+
+/// The `data` of a ControllerRevision for a pod template, as kube writes it for
+/// DaemonSets and StatefulSets: a strategic-merge patch that replaces the template
+/// (so `kubectl rollout undo` can apply it).
+pub fn revision_data(template: &PodTemplateSpec) -> Value {
+    let mut template = serde_json::to_value(template).unwrap_or(Value::Null);
+    if let Some(map) = template.as_object_mut() {
+        map.insert("$patch".into(), json!("replace"));
+    }
+    json!({"spec": {"template": template}})
+}
+
+/// The pod template stored in a ControllerRevision's data, if it has one.
+pub fn revision_template(revision: &ControllerRevision) -> Option<PodTemplateSpec> {
+    let mut template = revision.data.as_ref()?.0.pointer("/spec/template")?.clone();
+    if let Some(map) = template.as_object_mut() {
+        map.remove("$patch");
+    }
+    serde_json::from_value(template).ok()
+}
+
+/// Whether a ControllerRevision records exactly this template.
+pub fn revision_matches(revision: &ControllerRevision, template: &PodTemplateSpec) -> bool {
+    revision.data.as_ref().map(|d| &d.0) == Some(&revision_data(template))
+}
+
+/// The `controller-revision-hash` label of an object.
+pub fn revision_hash_of(meta: &ObjectMeta) -> Option<&str> {
+    meta.labels
+        .as_ref()?
+        .get(REVISION_HASH_LABEL)
+        .map(String::as_str)
+}
+
+/// An owner's ControllerRevisions, oldest revision first, and the one recording the
+/// current template.
+pub struct Revisions {
+    pub all: Vec<ControllerRevision>,
+    pub update: ControllerRevision,
+}
+
+/// Finds or creates the ControllerRevision `<owner>-<hash>` of `template` for
+/// `owner` (labels: the template's plus `controller-revision-hash`). An older
+/// revision with the same template is renumbered as the newest (a rollback). On a
+/// hash collision (the name exists with another template) the owner's
+/// `status.collisionCount` is raised and an error returned, so the next sync uses a
+/// new hash.
+pub async fn sync_revisions<K>(
+    client: &kube::Client,
+    owner: &K,
+    template: &PodTemplateSpec,
+    collision_count: Option<i32>,
+) -> anyhow::Result<Revisions>
+where
+    K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let kind = K::kind(&());
+    let name = owner.name_any();
+    let namespace = owner.namespace().context("owner has no namespace")?;
+    let uid = owner.uid().unwrap_or_default();
+    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), &namespace);
+    let mut all: Vec<ControllerRevision> = api
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("listing controllerrevisions in {namespace}"))?
+        .items
+        .into_iter()
+        .filter(|r| controller_of(&r.metadata).is_some_and(|o| o.uid == uid))
+        .collect();
+    all.sort_by_key(|r| r.revision);
+    let newest = all.last().map(|r| r.revision).unwrap_or(0);
+    if let Some(i) = all.iter().position(|r| revision_matches(r, template)) {
+        if all[i].revision < newest {
+            let renumbered = api
+                .patch(
+                    &all[i].name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"revision": newest + 1})),
+                )
+                .await
+                .with_context(|| format!("renumbering revision {}", all[i].name_any()))?;
+            all.remove(i);
+            all.push(renumbered);
+        }
+        let update = all
+            .iter()
+            .find(|r| revision_matches(r, template))
+            .cloned()
+            .context("revision vanished")?;
+        return Ok(Revisions { all, update });
+    }
+    let hash = template_hash(template, collision_count);
+    let revision_name = format!("{name}-{hash}");
+    let mut labels = template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    labels.insert(REVISION_HASH_LABEL.into(), hash);
+    let revision = ControllerRevision {
+        metadata: ObjectMeta {
+            name: Some(revision_name.clone()),
+            namespace: Some(namespace.clone()),
+            labels: Some(labels),
+            owner_references: Some(vec![
+                controller_ref(owner).context("owner without name or uid")?,
+            ]),
+            ..Default::default()
+        },
+        data: Some(RawExtension(revision_data(template))),
+        revision: newest + 1,
+    };
+    match api.create(&PostParams::default(), &revision).await {
+        Ok(created) => {
+            all.push(created.clone());
+            Ok(Revisions {
+                all,
+                update: created,
+            })
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let owners: Api<K> = Api::namespaced(client.clone(), &namespace);
+            let count = collision_count.unwrap_or(0) + 1;
+            owners
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"collisionCount": count}})),
+                )
+                .await
+                .with_context(|| format!("raising collisionCount of {kind} {name}"))?;
+            anyhow::bail!("controllerrevision {revision_name} exists with another template")
+        }
+        Err(e) => {
+            Err(anyhow::Error::new(e)
+                .context(format!("creating controllerrevision {revision_name}")))
+        }
+    }
+}
+
+/// Deletes the oldest revisions beyond `limit` whose name is not in `live`.
+pub async fn prune_revisions(
+    client: &kube::Client,
+    namespace: &str,
+    revisions: &[ControllerRevision],
+    live: &HashSet<String>,
+    limit: i32,
+) {
+    let old: Vec<&ControllerRevision> = revisions
+        .iter()
+        .filter(|r| !live.contains(&r.name_any()))
+        .collect();
+    let limit = usize::try_from(limit.max(0)).unwrap_or(0);
+    if old.len() <= limit {
+        return;
+    }
+    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), namespace);
+    for revision in &old[..old.len() - limit] {
+        if let Err(e) = api
+            .delete(&revision.name_any(), &DeleteParams::default())
+            .await
+        {
+            tracing::debug!(revision = %revision.name_any(), error = %e, "could not prune revision");
+        }
+    }
+}
+
+/// The node a pod is meant for: `spec.nodeName`, or (for a daemon pod not yet
+/// bound) the `metadata.name` its required node affinity pins it to.
+pub fn target_node(pod: &Pod) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    if let Some(node) = spec.node_name.as_ref().filter(|n| !n.is_empty()) {
+        return Some(node.clone());
+    }
+    let terms = &spec
+        .affinity
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()?
+        .node_selector_terms;
+    terms
+        .iter()
+        .flat_map(|t| t.match_fields.iter().flatten())
+        .find(|r| r.key == "metadata.name" && r.operator == "In")
+        .and_then(|r| r.values.as_ref()?.first().cloned())
+}
+
+/// The phase of a pod ("Pending" when unset).
+pub fn phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending")
+}
+
+/// Running and Ready (what OrderedReady StatefulSets wait for).
+pub fn is_running_and_ready(pod: &Pod) -> bool {
+    phase(pod) == "Running" && is_ready(pod)
+}
 
 /// A reconcile failure, with its context chain (the Controller runtime needs a
 /// `std::error::Error`, which `anyhow::Error` is not).

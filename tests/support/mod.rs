@@ -40,6 +40,21 @@ impl Server {
     }
 
     pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Server {
+        Self::start_in_with_env(dir, extra, &[])
+    }
+
+    /// Starts the server with extra environment variables (test-only knobs such as
+    /// `K3RS_CRONJOB_TIME_SCALE`).
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        Self::start_in_with_env(dir, extra, env)
+    }
+
+    pub fn start_in_with_env(
+        dir: tempfile::TempDir,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Server {
         let port = free_port();
         let kubeconfig = dir.path().join("kubeconfig.yaml");
         let log = std::fs::File::create(dir.path().join("server.log")).expect("log file");
@@ -60,6 +75,7 @@ impl Server {
             .args(extra)
             .env_remove("K3RS_TOKEN")
             .env_remove("K3RS_DATA_DIR")
+            .envs(env.iter().copied())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
