@@ -100,19 +100,26 @@ impl Recorder {
         );
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         let t = Time(timestamp());
-        let mut seen = self.seen.lock().await;
-        if let Some((name, count)) = seen.get_mut(&key) {
-            *count += 1;
-            let patch = serde_json::json!({"count": *count, "lastTimestamp": t});
+        // The lock is never held across an API call: one slow write must not queue
+        // every other event of this component behind it.
+        let repeat = {
+            let mut seen = self.seen.lock().await;
+            seen.get_mut(&key).map(|(name, count)| {
+                *count += 1;
+                (name.clone(), *count)
+            })
+        };
+        if let Some((name, count)) = repeat {
+            let patch = serde_json::json!({"count": count, "lastTimestamp": t});
             if api
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .is_ok()
             {
                 return Ok(());
             }
             // The aggregated event is gone (expired or deleted): write a new one.
-            seen.remove(&key);
+            self.seen.lock().await.remove(&key);
         }
         let object_name = object.name.clone().unwrap_or_default();
         let event = Event {
@@ -138,6 +145,7 @@ impl Recorder {
             ..Default::default()
         };
         let created = api.create(&PostParams::default(), &event).await?;
+        let mut seen = self.seen.lock().await;
         if let Some(name) = created.metadata.name {
             seen.insert(key, (name, 1));
         }

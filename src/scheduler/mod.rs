@@ -592,8 +592,16 @@ async fn schedule_one(shared: &Arc<Shared>, binds: &Arc<Semaphore>, key: &str, r
         }
         Err(fit) => {
             tracing::info!(pod = %key, reason = %fit, "unschedulable");
+            // Reports share the bind limit: thousands of pods failing at once must
+            // slow the loop down rather than pile up as waiting tasks.
+            let Ok(permit) = binds.clone().acquire_owned().await else {
+                return;
+            };
             let shared = shared.clone();
-            tokio::spawn(async move { report_unschedulable(&shared, &pod, &fit).await });
+            tokio::spawn(async move {
+                report_unschedulable(&shared, &pod, &fit).await;
+                drop(permit);
+            });
         }
     }
 }
