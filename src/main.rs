@@ -5,7 +5,9 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
-use k3rs::cli::{self, Cli, Command, config, kubectl, logging, server};
+use k3rs::cli::{
+    self, Cli, Command, check_config, config, etcd_snapshot, kubectl, logging, server, units,
+};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -40,6 +42,27 @@ fn main() -> ExitCode {
             exit_with(result)
         }
         Some(Command::Kubectl(args)) => exit_with(kubectl::exec(&args.args)),
+        Some(Command::EtcdSnapshot(args)) => {
+            if let Err(e) = logging::init(cli.debug.unwrap_or(false)) {
+                logging::print_fatal(&format!("{e:#}"));
+                return ExitCode::from(2);
+            }
+            exit_with(etcd_snapshot::run(args))
+        }
+        Some(Command::CheckConfig) => {
+            if check_config::run() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Some(Command::SystemdUnit(args)) => {
+            print!(
+                "{}",
+                units::render(&args.kind, &args.bin_dir, args.name.as_deref(), &args.args)
+            );
+            ExitCode::SUCCESS
+        }
     }
 }
 
