@@ -549,6 +549,18 @@ async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
         .registry
         .find("", "v1", "services")
         .context("services resource")?;
+    // On restart (or after a restore) the Service exists and owns its IP; creating it
+    // again would fail the IP allocation before the "already exists" check.
+    let key = svc_info.key(Some("default"), "kubernetes");
+    if state
+        .store
+        .get(key.as_bytes())
+        .await
+        .context("reading the kubernetes Service")?
+        .is_some()
+    {
+        return Ok(());
+    }
     let target = request::Target {
         info: svc_info,
         namespace: Some("default".into()),

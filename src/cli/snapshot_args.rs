@@ -300,10 +300,14 @@ pub enum EtcdSnapshotCommand {
     /// Remove snapshots that match the name prefix that exceed the configured retention count
     Prune {
         /// (db) Number of snapshots to retain
-        #[arg(long = "snapshot-retention", default_value_t = 5)]
+        #[arg(
+            long = "snapshot-retention",
+            id = "snapshot_retention",
+            default_value_t = 5
+        )]
         retention: usize,
         /// (db) Base name of the snapshots to prune
-        #[arg(long, default_value = "on-demand")]
+        #[arg(long, id = "prune_name", default_value = "on-demand")]
         name: String,
         #[command(flatten)]
         common: SnapshotCommonArgs,
@@ -317,4 +321,41 @@ pub enum EtcdSnapshotCommand {
         #[command(flatten)]
         common: SnapshotCommonArgs,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::args::{Cli, Command};
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[test]
+    fn command_line_is_consistent() {
+        // clap's own checks (unique argument ids, ...) for every subcommand.
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn s3_flags_answer_to_both_spellings() {
+        for prefix in ["--s3", "--etcd-s3"] {
+            let bucket = format!("{prefix}-bucket=b");
+            let cli = Cli::try_parse_from(["k3rs", "etcd-snapshot", "save", prefix, &bucket])
+                .expect("parses");
+            let Some(Command::EtcdSnapshot(args)) = cli.command else {
+                panic!("not etcd-snapshot");
+            };
+            let EtcdSnapshotCommand::Save { common, name } = args.command else {
+                panic!("not save");
+            };
+            assert_eq!(name, "on-demand");
+            assert_eq!(common.s3.enabled, Some(true));
+            assert_eq!(common.s3.bucket.as_deref(), Some("b"));
+        }
+        let cli =
+            Cli::try_parse_from(["k3rs", "server", "--s3-region", "eu-central-1"]).expect("parses");
+        let Some(Command::Server(args)) = cli.command else {
+            panic!("not server");
+        };
+        assert_eq!(args.snapshots.s3.region.as_deref(), Some("eu-central-1"));
+    }
 }
