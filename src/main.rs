@@ -10,6 +10,15 @@ use k3rs::cli::{
 };
 
 fn main() -> ExitCode {
+    // Installed as a `kubectl` symlink (install.sh does that when no kubectl exists):
+    // behave as `k3rs kubectl`.
+    let mut argv = std::env::args_os();
+    if let Some(argv0) = argv.next()
+        && std::path::Path::new(&argv0).file_name() == Some(std::ffi::OsStr::new("kubectl"))
+    {
+        let args: Vec<std::ffi::OsString> = argv.collect();
+        return exit_with(kubectl::exec(&args));
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // Prints help/version (exit 0) or the usage error (exit 2).
