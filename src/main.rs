@@ -56,7 +56,7 @@ fn main() -> ExitCode {
                 logging::print_fatal(&format!("{e:#}"));
                 return ExitCode::from(2);
             }
-            exit_with(etcd_snapshot::run(args))
+            exit_with(etcd_snapshot::run(*args))
         }
         Some(Command::CheckConfig) => {
             if check_config::run() {

@@ -121,9 +121,7 @@ fn server_install_files_idempotency_and_uninstall() {
         "{unit}"
     );
     assert!(unit.contains("Type=notify") && unit.contains("KillMode=process"));
-    assert!(unit.contains(&format!(
-        "EnvironmentFile=-/etc/systemd/system/k3rs.service.env"
-    )));
+    assert!(unit.contains("EnvironmentFile=-/etc/systemd/system/k3rs.service.env"));
     let env_file = root.path("systemd/k3rs.service.env");
     assert_eq!(mode(&env_file), 0o600);
     for script in ["k3rs-uninstall.sh", "k3rs-killall.sh"] {

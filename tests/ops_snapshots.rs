@@ -560,7 +560,7 @@ fn s3_round_trip_with_retention_and_a_failed_upload() {
         remote.len() <= 2 && !remote.is_empty(),
         "S3 retention 2: {items:#?}"
     );
-    assert!(local <= 3 && local >= 2, "local retention 3: {items:#?}");
+    assert!((2..=3).contains(&local), "local retention 3: {items:#?}");
     assert!(
         remote
             .iter()

@@ -48,7 +48,7 @@ pub enum Command {
     #[command(disable_help_flag = true)]
     Kubectl(KubectlArgs),
     /// Manage datastore snapshots (save, ls, delete, prune, restore)
-    EtcdSnapshot(super::snapshot_args::EtcdSnapshotArgs),
+    EtcdSnapshot(Box<super::snapshot_args::EtcdSnapshotArgs>),
     /// Check that this machine's kernel and packages can run k3rs
     CheckConfig,
     /// Print a systemd unit for k3rs (used by install.sh)
