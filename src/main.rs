@@ -5,9 +5,20 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
-use k3rs::cli::{self, Cli, Command, config, kubectl, logging, server};
+use k3rs::cli::{
+    self, Cli, Command, check_config, config, etcd_snapshot, kubectl, logging, server, units,
+};
 
 fn main() -> ExitCode {
+    // Installed as a `kubectl` symlink (install.sh does that when no kubectl exists):
+    // behave as `k3rs kubectl`.
+    let mut argv = std::env::args_os();
+    if let Some(argv0) = argv.next()
+        && std::path::Path::new(&argv0).file_name() == Some(std::ffi::OsStr::new("kubectl"))
+    {
+        let args: Vec<std::ffi::OsString> = argv.collect();
+        return exit_with(kubectl::exec(&args));
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // Prints help/version (exit 0) or the usage error (exit 2).
@@ -40,6 +51,27 @@ fn main() -> ExitCode {
             exit_with(result)
         }
         Some(Command::Kubectl(args)) => exit_with(kubectl::exec(&args.args)),
+        Some(Command::EtcdSnapshot(args)) => {
+            if let Err(e) = logging::init(cli.debug.unwrap_or(false)) {
+                logging::print_fatal(&format!("{e:#}"));
+                return ExitCode::from(2);
+            }
+            exit_with(etcd_snapshot::run(*args))
+        }
+        Some(Command::CheckConfig) => {
+            if check_config::run() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Some(Command::SystemdUnit(args)) => {
+            print!(
+                "{}",
+                units::render(&args.kind, &args.bin_dir, args.name.as_deref(), &args.args)
+            );
+            ExitCode::SUCCESS
+        }
     }
 }
 

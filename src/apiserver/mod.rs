@@ -23,6 +23,7 @@ pub mod registry;
 pub mod request;
 pub mod schema;
 pub mod selectors;
+pub mod snapshots;
 pub mod status;
 pub mod subresources;
 pub mod table;
@@ -71,6 +72,8 @@ pub struct ApiServerConfig {
     /// Address advertised in discovery (`serverAddressByClientCIDRs`) and the
     /// `kubernetes` Service's endpoints.
     pub advertise: SocketAddr,
+    /// Snapshot settings; `None` leaves the snapshot endpoints unavailable.
+    pub snapshots: Option<snapshots::SnapshotSettings>,
 }
 
 /// Shared state of every request.
@@ -83,6 +86,7 @@ pub struct AppState {
     pub tokens: TokenAuthenticator,
     pub allocation: tokio::sync::Mutex<()>,
     pub metrics: metrics::Metrics,
+    pub snapshots: Option<Arc<snapshots::SnapshotManager>>,
 }
 
 /// A running API server.
@@ -123,7 +127,15 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
     let cache = watchcache::WatchCache::start(store.clone())
         .await
         .context("filling the watch cache")?;
+    let snapshot_manager = config
+        .snapshots
+        .clone()
+        .map(|settings| snapshots::SnapshotManager::new(store.clone(), settings));
+    if let Some(manager) = &snapshot_manager {
+        tokio::spawn(manager.clone().run_schedule());
+    }
     let state = Arc::new(AppState {
+        snapshots: snapshot_manager,
         tokens: TokenAuthenticator::new(config.token_secret.clone()),
         config,
         store,
@@ -225,6 +237,22 @@ async fn dispatch(
                 .and_then(|a| state.tokens.authenticate(a))
         })
         .unwrap_or_else(Identity::anonymous);
+    if parts.uri.path().starts_with(snapshots::API_PREFIX) {
+        let body = match read_body(body, &parts.method).await {
+            Ok(b) => b,
+            Err(e) => return e.into_response(),
+        };
+        let response = snapshots::serve(
+            state.snapshots.as_ref(),
+            &identity,
+            &parts.method,
+            parts.uri.path(),
+            &body,
+        )
+        .await;
+        tracing::debug!(user = %identity.user, path = %parts.uri.path(), code = response.status().as_u16(), "request");
+        return response;
+    }
     let query = match Query::parse(parts.uri.query()) {
         Ok(q) => q,
         Err(e) => return e.into_response(),
@@ -534,6 +562,18 @@ async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
         .registry
         .find("", "v1", "services")
         .context("services resource")?;
+    // On restart (or after a restore) the Service exists and owns its IP; creating it
+    // again would fail the IP allocation before the "already exists" check.
+    let key = svc_info.key(Some("default"), "kubernetes");
+    if state
+        .store
+        .get(key.as_bytes())
+        .await
+        .context("reading the kubernetes Service")?
+        .is_some()
+    {
+        return Ok(());
+    }
     let target = request::Target {
         info: svc_info,
         namespace: Some("default".into()),

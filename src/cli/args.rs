@@ -47,6 +47,13 @@ pub enum Command {
     /// Run kubectl against this cluster (KUBECONFIG defaults to /etc/k3rs/k3rs.yaml)
     #[command(disable_help_flag = true)]
     Kubectl(KubectlArgs),
+    /// Manage datastore snapshots (save, ls, delete, prune, restore)
+    EtcdSnapshot(Box<super::snapshot_args::EtcdSnapshotArgs>),
+    /// Check that this machine's kernel and packages can run k3rs
+    CheckConfig,
+    /// Print a systemd unit for k3rs (used by install.sh)
+    #[command(hide = true)]
+    SystemdUnit(super::units::UnitArgs),
 }
 
 /// Arguments of `k3rs kubectl`: everything after `kubectl`, passed through verbatim.
@@ -219,4 +226,7 @@ pub struct ServerArgs {
         help_heading = "Components"
     )]
     pub disable_scheduler: Option<bool>,
+
+    #[command(flatten)]
+    pub snapshots: super::snapshot_args::ServerSnapshotArgs,
 }

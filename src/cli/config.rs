@@ -87,6 +87,8 @@ pub struct ServerConfig {
     pub disable_scheduler: bool,
     /// `--debug`.
     pub debug: bool,
+    /// Snapshot, S3 and `--cluster-reset` settings.
+    pub snapshots: super::snapshot_config::SnapshotServerConfig,
 }
 
 impl ServerConfig {
@@ -288,6 +290,9 @@ fn cli_layer(args: &ServerArgs, debug: Option<bool>) -> Layer {
     one("cluster-dns", &args.cluster_dns);
     one("cluster-domain", &args.cluster_domain);
     one("service-node-port-range", &args.service_node_port_range);
+    for (key, value) in args.snapshots.strings() {
+        one(key, value);
+    }
     if !args.tls_san.is_empty() {
         layer.insert(
             "tls-san",
@@ -296,6 +301,17 @@ fn cli_layer(args: &ServerArgs, debug: Option<bool>) -> Layer {
                 origin: Origin::CommandLine,
             },
         );
+    }
+    for (key, value) in args.snapshots.bools() {
+        if let Some(b) = value {
+            layer.insert(
+                key,
+                Setting {
+                    raw: Raw::Bool(b),
+                    origin: Origin::CommandLine,
+                },
+            );
+        }
     }
     let debug = args.debug.or(debug);
     for (key, value) in [
@@ -346,7 +362,16 @@ fn file_layer(text: &str, path: &Path) -> Result<Layer, ConfigError> {
             Value::String(k) => k,
             other => return Err(file_err(format!("key {other:?} is not a string"))),
         };
-        let Some(&(flag, kind)) = KEYS.iter().find(|(name, _)| *name == key) else {
+        let snapshot_key = super::snapshot_args::CONFIG_KEYS
+            .iter()
+            .find(|(name, _)| *name == key)
+            .map(|&(name, boolean)| (name, if boolean { Kind::Bool } else { Kind::One }));
+        let Some((flag, kind)) = KEYS
+            .iter()
+            .copied()
+            .find(|(name, _)| *name == key)
+            .or(snapshot_key)
+        else {
             return Err(ConfigError::UnknownKey {
                 key,
                 path: path.to_path_buf(),
@@ -523,7 +548,10 @@ fn resolve(
         ));
     }
 
+    let snapshots = super::snapshot_config::resolve(&s, &data_dir, &node_name)?;
+
     Ok(ServerConfig {
+        snapshots,
         config_file,
         data_dir,
         bind_address,
@@ -548,10 +576,10 @@ fn resolve(
 }
 
 /// The merged settings, with typed accessors that produce flag-naming errors.
-struct Settings(Layer);
+pub(super) struct Settings(Layer);
 
 impl Settings {
-    fn get(&self, key: &str) -> Option<(&str, &Origin)> {
+    pub(super) fn get(&self, key: &str) -> Option<(&str, &Origin)> {
         match self.0.get(key) {
             Some(Setting {
                 raw: Raw::One(v),
@@ -567,7 +595,7 @@ impl Settings {
             .map_or(Origin::CommandLine, |s| s.origin.clone())
     }
 
-    fn invalid(&self, flag: &'static str, value: &str, reason: String) -> ConfigError {
+    pub(super) fn invalid(&self, flag: &'static str, value: &str, reason: String) -> ConfigError {
         ConfigError::InvalidValue {
             flag,
             value: value.to_string(),
@@ -576,7 +604,7 @@ impl Settings {
         }
     }
 
-    fn one<T>(
+    pub(super) fn one<T>(
         &self,
         flag: &'static str,
         parse: impl Fn(&str) -> Result<T, String>,
@@ -623,7 +651,7 @@ impl Settings {
         Ok(out)
     }
 
-    fn flag(&self, flag: &str) -> bool {
+    pub(super) fn flag(&self, flag: &str) -> bool {
         matches!(
             self.0.get(flag),
             Some(Setting {
@@ -642,7 +670,7 @@ where
     value.parse().expect("built-in defaults are valid")
 }
 
-fn parse_path(s: &str) -> Result<PathBuf, String> {
+pub(super) fn parse_path(s: &str) -> Result<PathBuf, String> {
     if s.trim().is_empty() {
         return Err("must not be empty".to_string());
     }
@@ -1131,7 +1159,15 @@ mod tests {
             .filter(|l| !matches!(*l, "config" | "help"))
             .collect();
         flags.sort_unstable();
-        let mut keys: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+        let mut keys: Vec<&str> = KEYS
+            .iter()
+            .map(|(k, _)| *k)
+            .chain(
+                super::super::snapshot_args::CONFIG_KEYS
+                    .iter()
+                    .map(|(k, _)| *k),
+            )
+            .collect();
         keys.sort_unstable();
         assert_eq!(flags, keys);
     }

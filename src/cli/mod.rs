@@ -7,11 +7,17 @@
 //! Certificate material and kubeconfig files belong to [`crate::pki`].
 
 pub mod args;
+pub mod check_config;
 pub mod cidr;
 pub mod config;
+pub mod etcd_snapshot;
 pub mod kubectl;
 pub mod logging;
+pub mod notify;
 pub mod server;
+pub mod snapshot_args;
+pub mod snapshot_config;
+pub mod units;
 
 pub use args::{Cli, Command, KubectlArgs, ServerArgs};
 pub use cidr::{Cidr, CidrError};

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use super::config::{ServerConfig, system_hostname};
+use super::notify::{self, Notifier};
 use crate::pki::{self, ServerPki, ServerPkiOptions, ServerToken, ServingSans};
 
 /// What [`prepare`] produced.
@@ -92,19 +93,47 @@ pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
     })
 }
 
-/// Starts the control plane and runs until SIGTERM or SIGINT.
+/// Starts the control plane and runs until SIGTERM or SIGINT. Under systemd
+/// (`Type=notify`) it reports progress with `STATUS=`, `READY=1` once the API answers
+/// `/readyz`, watchdog pings when `WATCHDOG_USEC` is set, and `STOPPING=1` on shutdown.
 pub fn run(config: ServerConfig, prepared: Prepared) -> anyhow::Result<()> {
     tracing::debug!(?config, "starting server");
+    let notifier = Notifier::from_env().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "not notifying systemd");
+        Notifier::disabled()
+    });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("k3rs")
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(serve(config, prepared))
+    if config.snapshots.cluster_reset {
+        return runtime.block_on(cluster_reset(&config));
+    }
+    runtime.block_on(serve(config, prepared, notifier))
 }
 
-async fn serve(config: ServerConfig, prepared: Prepared) -> anyhow::Result<()> {
+/// `--cluster-reset [--cluster-reset-restore-path=…]`: restores (or resets) the datastore
+/// offline, then exits telling the user to start the service normally.
+async fn cluster_reset(config: &ServerConfig) -> anyhow::Result<()> {
+    use crate::apiserver::snapshots::restore;
+    let settings = &config.snapshots.settings;
+    let options = restore::RestoreOptions {
+        store_dir: super::snapshot_config::store_dir(&config.data_dir),
+        snapshot_dir: settings.dir.clone(),
+        source: config.snapshots.cluster_reset_restore_path.clone(),
+        s3: settings.s3.clone(),
+    };
+    let report = restore::restore(&options)
+        .await
+        .context("--cluster-reset")?;
+    tracing::info!("{}", super::etcd_snapshot::restore_message(&report));
+    Ok(())
+}
+
+async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
+    notifier.status("Opening the datastore and starting the API server");
     let secret = pki::parse_token(&prepared.token.token)
         .map(|t| t.secret)
         .context("reading the server token")?;
@@ -124,11 +153,17 @@ async fn serve(config: ServerConfig, prepared: Prepared) -> anyhow::Result<()> {
         cluster_dns: config.cluster_dns,
         node_port_range: config.service_node_port_range.clone(),
         advertise: SocketAddr::new(advertise_ip, config.https_listen_port),
+        snapshots: Some(config.snapshots.settings.clone()),
     };
     let server = crate::apiserver::start(apiserver_config)
         .await
         .context("starting the API server")?;
     let local_url = api_url(config.bind_address, server.local_addr.port());
+    notifier.status("Waiting for the API server to answer /readyz");
+    let admin = issued_client(&prepared, prepared.pki.admin(), &local_url)
+        .await
+        .context("building the admin client")?;
+    wait_until_ready(&admin).await;
     if !config.disable_controller_manager {
         let client = component_client(&prepared, "client-controller", &local_url)
             .await
@@ -147,10 +182,41 @@ async fn serve(config: ServerConfig, prepared: Prepared) -> anyhow::Result<()> {
         took_ms = started.elapsed().as_millis() as u64,
         "k3rs is up and running"
     );
+    notifier.ready("k3rs is running");
+    let notifier = std::sync::Arc::new(notifier);
+    if let Some(interval) = notify::watchdog_interval() {
+        let notifier = notifier.clone();
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(interval);
+            loop {
+                ticks.tick().await;
+                notifier.watchdog();
+            }
+        });
+    }
     wait_for_signal().await;
+    notifier.stopping();
     tracing::info!("shutting down");
     server.shutdown().await;
     Ok(())
+}
+
+/// Polls `GET /readyz` over HTTPS until it answers 200: the same check a user or a load
+/// balancer makes, so READY=1 means clients can really connect.
+async fn wait_until_ready(client: &kube::Client) {
+    let mut delay = std::time::Duration::from_millis(10);
+    loop {
+        let request = http::Request::get("/readyz").body(Vec::new());
+        match request {
+            Ok(request) => match client.request_text(request).await {
+                Ok(_) => return,
+                Err(e) => tracing::debug!(error = %e, "API server not ready yet"),
+            },
+            Err(e) => tracing::warn!(error = %e, "building the /readyz request"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(std::time::Duration::from_millis(500));
+    }
 }
 
 /// A kube client for an in-process component, with its own client certificate.
@@ -163,6 +229,15 @@ async fn component_client(
         .pki
         .client(stem)
         .with_context(|| format!("no client certificate {stem}"))?;
+    issued_client(prepared, issued, url).await
+}
+
+/// A kube client that presents `issued` as its client certificate.
+async fn issued_client(
+    prepared: &Prepared,
+    issued: &pki::IssuedCert,
+    url: &str,
+) -> anyhow::Result<kube::Client> {
     let yaml = pki::render_kubeconfig(url, prepared.pki.server_ca().cert_pem(), issued)?;
     let kubeconfig =
         kube::config::Kubeconfig::from_yaml(&yaml).context("parsing the component kubeconfig")?;
