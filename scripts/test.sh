@@ -9,9 +9,15 @@ cd "$(dirname "$0")/.."
 need_pkgs=""
 command -v mount >/dev/null 2>&1 || need_pkgs="$need_pkgs mount"
 command -v python3 >/dev/null 2>&1 || need_pkgs="$need_pkgs python3"
+# systemd-analyze checks the unit files; shellcheck the install scripts.
+command -v systemd-analyze >/dev/null 2>&1 || need_pkgs="$need_pkgs systemd"
+command -v shellcheck >/dev/null 2>&1 || need_pkgs="$need_pkgs shellcheck"
 if [ -n "$need_pkgs" ]; then
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y $need_pkgs
+        apt-get update -qq || true
+        # The package list is meant to split into words.
+        # shellcheck disable=SC2086
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need_pkgs
     else
         echo "missing packages:$need_pkgs (install them, or run this script as root on Debian/Ubuntu)" >&2
         exit 1
@@ -21,6 +27,14 @@ fi
 if ! python3 -c "import kubernetes" 2>/dev/null; then
     python3 -m pip install -q kubernetes || {
         echo "the Python kubernetes client is missing: pip install kubernetes" >&2
+        exit 1
+    }
+fi
+
+# moto's S3 server, for the snapshot upload tests.
+if ! command -v moto_server >/dev/null 2>&1; then
+    python3 -m pip install -q 'moto[server]' || {
+        echo "moto's S3 server is missing: pip install 'moto[server]'" >&2
         exit 1
     }
 fi
