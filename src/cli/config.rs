@@ -45,7 +45,7 @@ pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 pub const DEFAULT_NODE_PORT_RANGE: RangeInclusive<u16> = 30000..=32767;
 
 /// The validated configuration of `k3rs server`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     /// The config file that was read, if any.
     pub config_file: Option<PathBuf>,
@@ -79,6 +79,9 @@ pub struct ServerConfig {
     pub cluster_domain: String,
     /// `--service-node-port-range`.
     pub service_node_port_range: RangeInclusive<u16>,
+    /// The controller-manager's tunables: `--cluster-cidr` and
+    /// `--kube-controller-manager-arg`.
+    pub controllers: crate::controllers::Config,
     /// `--disable-agent`.
     pub disable_agent: bool,
     /// `--disable-controller-manager`.
@@ -168,6 +171,8 @@ pub enum ConfigError {
 enum Kind {
     One,
     Many,
+    /// A list whose items are kept whole (no comma splitting): `key=value` arguments.
+    Args,
     Bool,
 }
 
@@ -189,6 +194,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("cluster-dns", Kind::One),
     ("cluster-domain", Kind::One),
     ("service-node-port-range", Kind::One),
+    ("kube-controller-manager-arg", Kind::Args),
     ("disable-agent", Kind::Bool),
     ("disable-controller-manager", Kind::Bool),
     ("disable-scheduler", Kind::Bool),
@@ -288,6 +294,15 @@ fn cli_layer(args: &ServerArgs, debug: Option<bool>) -> Layer {
     one("cluster-dns", &args.cluster_dns);
     one("cluster-domain", &args.cluster_domain);
     one("service-node-port-range", &args.service_node_port_range);
+    if !args.kube_controller_manager_arg.is_empty() {
+        layer.insert(
+            "kube-controller-manager-arg",
+            Setting {
+                raw: Raw::Many(args.kube_controller_manager_arg.clone()),
+                origin: Origin::CommandLine,
+            },
+        );
+    }
     if !args.tls_san.is_empty() {
         layer.insert(
             "tls-san",
@@ -383,6 +398,25 @@ fn file_layer(text: &str, path: &Path) -> Result<Layer, ConfigError> {
                 }
                 Raw::Many(values)
             }
+            (Kind::Args, Value::Sequence(items)) => {
+                let mut values = Vec::new();
+                for item in items {
+                    match scalar(&item) {
+                        Some(s) => values.push(s),
+                        None => {
+                            return Err(invalid(
+                                format!("{item:?}"),
+                                "list items must be plain values",
+                            ));
+                        }
+                    }
+                }
+                Raw::Many(values)
+            }
+            (Kind::Args, other) => match scalar(&other) {
+                Some(s) => Raw::Many(vec![s]),
+                None => return Err(invalid(format!("{other:?}"), "expected a value or a list")),
+            },
             (Kind::Many, other) => match scalar(&other) {
                 Some(s) => Raw::Many(split_list(&s)),
                 None => return Err(invalid(format!("{other:?}"), "expected a value or a list")),
@@ -502,6 +536,9 @@ fn resolve(
     let service_node_port_range = s
         .one("service-node-port-range", parse_port_range)?
         .unwrap_or(DEFAULT_NODE_PORT_RANGE);
+    let kcm_args = s.many("kube-controller-manager-arg", |v| Ok(v.to_string()))?;
+    let controllers = super::controller_manager::parse_args(&kcm_args, cluster_cidr)
+        .map_err(|(arg, reason)| s.invalid("kube-controller-manager-arg", &arg, reason))?;
     let disable_agent = s.flag("disable-agent");
     let disable_controller_manager = s.flag("disable-controller-manager");
     let disable_scheduler = s.flag("disable-scheduler");
@@ -540,6 +577,7 @@ fn resolve(
         cluster_dns,
         cluster_domain,
         service_node_port_range,
+        controllers,
         disable_agent,
         disable_controller_manager,
         disable_scheduler,

@@ -9,6 +9,7 @@
 pub mod args;
 pub mod cidr;
 pub mod config;
+pub mod controller_manager;
 pub mod kubectl;
 pub mod logging;
 pub mod server;
