@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod events_view;
 pub mod handlers;
 pub mod managed_fields;
+pub mod master_endpoints;
 pub mod metrics;
 pub mod objects;
 pub mod openapi;
@@ -137,6 +138,10 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
     bootstrap(&state)
         .await
         .context("creating the built-in namespaces and the kubernetes Service")?;
+    master_endpoints::reconcile(&state)
+        .await
+        .context("writing the kubernetes Service's endpoints")?;
+    master_endpoints::spawn(&state);
     let (shutdown, mut shutdown_rx) = tokio::sync::watch::channel(false);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let serve_state = state.clone();
@@ -534,6 +539,21 @@ async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
         .registry
         .find("", "v1", "services")
         .context("services resource")?;
+    let existing = request::Target {
+        info: svc_info.clone(),
+        namespace: Some("default".into()),
+        name: Some("kubernetes".into()),
+        subresource: None,
+        legacy_watch: false,
+    };
+    // On a restart the Service exists and holds its IP; creating it again would be
+    // refused by the IP allocator before the name conflict is noticed.
+    if handlers::get(state, &existing, &Query::default(), request::Want::Json)
+        .await
+        .is_ok()
+    {
+        return Ok(());
+    }
     let target = request::Target {
         info: svc_info,
         namespace: Some("default".into()),
