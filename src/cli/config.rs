@@ -1156,6 +1156,50 @@ mod tests {
     }
 
     #[test]
+    fn controller_manager_args_from_flags_and_config_file() {
+        let c = load_args(
+            &[
+                "--kube-controller-manager-arg",
+                "node-monitor-grace-period=5s",
+                "--kube-controller-manager-arg=terminated-pod-gc-threshold=7",
+            ],
+            &no_file(),
+        )
+        .expect("valid");
+        assert_eq!(
+            c.controllers.node_monitor_grace_period,
+            std::time::Duration::from_secs(5)
+        );
+        assert_eq!(c.controllers.terminated_pod_gc_threshold, 7);
+        assert_eq!(c.controllers.cluster_cidr.to_string(), "10.42.0.0/16");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write_config(
+            &dir,
+            "cluster-cidr: 10.52.0.0/16\nkube-controller-manager-arg:\n  - node-monitor-period=2s\n  - node-cidr-mask-size=26\n",
+        );
+        let c = load_args(&[], &path).expect("valid");
+        assert_eq!(
+            c.controllers.node_monitor_period,
+            std::time::Duration::from_secs(2)
+        );
+        assert_eq!(c.controllers.node_cidr_mask_size, 26);
+        assert_eq!(c.controllers.cluster_cidr.to_string(), "10.52.0.0/16");
+        let e = err(&["--kube-controller-manager-arg", "node-monitor-period=fast"]);
+        assert!(
+            e.starts_with(
+                "invalid value \"node-monitor-period=fast\" for --kube-controller-manager-arg:"
+            ),
+            "{e}"
+        );
+        let bad = write_config(&dir, "kube-controller-manager-arg: bogus=1\n");
+        let e = load_args(&[], &bad).expect_err("unknown flag").to_string();
+        assert!(
+            e.contains("does not implement") && e.contains("from config file"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn config_keys_are_exactly_the_long_flags() {
         use clap::CommandFactory;
         let cmd = Cli::command();
