@@ -352,10 +352,23 @@ async fn services_get_endpoints_and_slices_of_their_pods() {
     })
     .await;
 
-    // The selector-less `kubernetes` Service's Endpoints are not ours to manage.
+    // The selector-less `kubernetes` Service's endpoints are the API server's (one
+    // slice named after the Service, without the controller's managed-by label), not
+    // the EndpointSlice controller's.
+    let kubernetes: Vec<EndpointSlice> = slice_api
+        .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
+        .await
+        .expect("list slices")
+        .items;
+    assert_eq!(kubernetes.len(), 1, "{kubernetes:?}");
+    assert_eq!(kubernetes[0].metadata.name.as_deref(), Some("kubernetes"));
     assert!(
-        slices(&client, "kubernetes").await.is_empty(),
-        "no slices for the kubernetes service"
+        !kubernetes[0]
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key("endpointslice.kubernetes.io/managed-by")),
+        "the EndpointSlice controller does not manage the kubernetes service"
     );
 }
 

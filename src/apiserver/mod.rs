@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod events_view;
 pub mod handlers;
 pub mod managed_fields;
+pub mod master_endpoints;
 pub mod metrics;
 pub mod objects;
 pub mod openapi;
@@ -149,6 +150,10 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
     bootstrap(&state)
         .await
         .context("creating the built-in namespaces and the kubernetes Service")?;
+    master_endpoints::reconcile(&state)
+        .await
+        .context("writing the kubernetes Service's endpoints")?;
+    master_endpoints::spawn(&state);
     let (shutdown, mut shutdown_rx) = tokio::sync::watch::channel(false);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let serve_state = state.clone();

@@ -388,6 +388,34 @@ fn default_container(container: &mut Value) {
 }
 
 /// Pod spec defaults (SetDefaults_PodSpec and friends).
+/// kube's DefaultTolerationSeconds admission: a pod without a toleration covering
+/// the NoExecute `not-ready` / `unreachable` taints (same key or an empty key, with
+/// effect NoExecute or none) gets one for each, `tolerationSeconds: 300`, so its
+/// controller replaces it five minutes after its node fails.
+fn default_toleration_seconds(spec: &mut Map<String, Value>) {
+    const DEFAULT_SECONDS: i64 = 300;
+    let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
+    let Some(list) = tolerations.as_array_mut() else {
+        return;
+    };
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        let covered = list.iter().any(|t| {
+            let t_key = t.get("key").and_then(Value::as_str).unwrap_or("");
+            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
+            (t_key == key || t_key.is_empty()) && (effect == "NoExecute" || effect.is_empty())
+        });
+        if !covered {
+            list.push(
+                json!({"key": key, "operator": "Exists", "effect": "NoExecute",
+                             "tolerationSeconds": DEFAULT_SECONDS}),
+            );
+        }
+    }
+}
+
 fn default_pod_spec(spec: &mut Map<String, Value>) {
     set_default(spec, "restartPolicy", json!("Always"));
     set_default(spec, "terminationGracePeriodSeconds", json!(30));
@@ -543,21 +571,7 @@ pub fn apply_defaults(info: &ResourceInfo, value: &mut Value) {
                 set_default(spec, "serviceAccount", sa);
                 set_default(spec, "priority", json!(0));
                 set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
-                // DefaultTolerationSeconds admission.
-                let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
-                if let Some(list) = tolerations.as_array_mut() {
-                    for key in [
-                        "node.kubernetes.io/not-ready",
-                        "node.kubernetes.io/unreachable",
-                    ] {
-                        if !list
-                            .iter()
-                            .any(|t| t.get("key").and_then(Value::as_str) == Some(key))
-                        {
-                            list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
-                        }
-                    }
-                }
+                default_toleration_seconds(spec);
             }
             let qos = qos_class(value);
             if let Some(status) = obj(value, "status") {
@@ -1037,8 +1051,28 @@ mod tests {
         assert_eq!(pod["spec"]["restartPolicy"], "Always");
         assert_eq!(pod["spec"]["containers"][0]["imagePullPolicy"], "Always");
         assert_eq!(pod["status"]["qosClass"], "BestEffort");
-        assert_eq!(pod["spec"]["tolerations"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            pod["spec"]["tolerations"],
+            json!([
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            ])
+        );
         assert!(validate(&pods, &pod).is_empty());
+        // A pod's own toleration for a key wins; a NoSchedule one does not count.
+        let mut own = json!({"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"nginx"}],
+            "tolerations":[{"key":"node.kubernetes.io/unreachable","operator":"Exists","effect":"NoExecute","tolerationSeconds":5},
+                           {"key":"node.kubernetes.io/not-ready","operator":"Exists","effect":"NoSchedule"}]}});
+        apply_defaults(&pods, &mut own);
+        let tolerations = own["spec"]["tolerations"].as_array().unwrap();
+        assert_eq!(tolerations.len(), 3);
+        assert_eq!(tolerations[2]["key"], "node.kubernetes.io/not-ready");
+        assert_eq!(tolerations[2]["tolerationSeconds"], 300);
+        // Tolerating everything (empty key, no effect) needs no defaults.
+        let mut all = json!({"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"nginx"}],
+            "tolerations":[{"operator":"Exists"}]}});
+        apply_defaults(&pods, &mut all);
+        assert_eq!(all["spec"]["tolerations"].as_array().unwrap().len(), 1);
         let bad = json!({"metadata":{"name":"p"},"spec":{"containers":[]}});
         assert_eq!(
             validate(&pods, &bad)[0].field.as_deref(),

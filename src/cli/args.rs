@@ -178,6 +178,11 @@ pub struct ServerArgs {
     #[arg(long, value_name = "RANGE", help_heading = "Networking")]
     pub service_node_port_range: Option<String>,
 
+    /// (flags) Customized flag for the kube-controller-manager loops, as key=value
+    /// (repeatable), e.g. node-monitor-grace-period=20s
+    #[arg(long, value_name = "KEY=VALUE", help_heading = "Flags")]
+    pub kube_controller_manager_arg: Vec<String>,
+
     /// (logging) Turn on debug logs
     #[arg(
         long,

@@ -45,7 +45,7 @@ pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 pub const DEFAULT_NODE_PORT_RANGE: RangeInclusive<u16> = 30000..=32767;
 
 /// The validated configuration of `k3rs server`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     /// The config file that was read, if any.
     pub config_file: Option<PathBuf>,
@@ -79,6 +79,9 @@ pub struct ServerConfig {
     pub cluster_domain: String,
     /// `--service-node-port-range`.
     pub service_node_port_range: RangeInclusive<u16>,
+    /// The controller-manager's tunables: `--cluster-cidr` and
+    /// `--kube-controller-manager-arg`.
+    pub controllers: crate::controllers::Config,
     /// `--disable-agent`.
     pub disable_agent: bool,
     /// `--disable-controller-manager`.
@@ -170,6 +173,8 @@ pub enum ConfigError {
 enum Kind {
     One,
     Many,
+    /// A list whose items are kept whole (no comma splitting): `key=value` arguments.
+    Args,
     Bool,
 }
 
@@ -191,6 +196,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("cluster-dns", Kind::One),
     ("cluster-domain", Kind::One),
     ("service-node-port-range", Kind::One),
+    ("kube-controller-manager-arg", Kind::Args),
     ("disable-agent", Kind::Bool),
     ("disable-controller-manager", Kind::Bool),
     ("disable-scheduler", Kind::Bool),
@@ -292,6 +298,15 @@ fn cli_layer(args: &ServerArgs, debug: Option<bool>) -> Layer {
     one("service-node-port-range", &args.service_node_port_range);
     for (key, value) in args.snapshots.strings() {
         one(key, value);
+    }
+    if !args.kube_controller_manager_arg.is_empty() {
+        layer.insert(
+            "kube-controller-manager-arg",
+            Setting {
+                raw: Raw::Many(args.kube_controller_manager_arg.clone()),
+                origin: Origin::CommandLine,
+            },
+        );
     }
     if !args.tls_san.is_empty() {
         layer.insert(
@@ -408,6 +423,25 @@ fn file_layer(text: &str, path: &Path) -> Result<Layer, ConfigError> {
                 }
                 Raw::Many(values)
             }
+            (Kind::Args, Value::Sequence(items)) => {
+                let mut values = Vec::new();
+                for item in items {
+                    match scalar(&item) {
+                        Some(s) => values.push(s),
+                        None => {
+                            return Err(invalid(
+                                format!("{item:?}"),
+                                "list items must be plain values",
+                            ));
+                        }
+                    }
+                }
+                Raw::Many(values)
+            }
+            (Kind::Args, other) => match scalar(&other) {
+                Some(s) => Raw::Many(vec![s]),
+                None => return Err(invalid(format!("{other:?}"), "expected a value or a list")),
+            },
             (Kind::Many, other) => match scalar(&other) {
                 Some(s) => Raw::Many(split_list(&s)),
                 None => return Err(invalid(format!("{other:?}"), "expected a value or a list")),
@@ -527,6 +561,9 @@ fn resolve(
     let service_node_port_range = s
         .one("service-node-port-range", parse_port_range)?
         .unwrap_or(DEFAULT_NODE_PORT_RANGE);
+    let kcm_args = s.many("kube-controller-manager-arg", |v| Ok(v.to_string()))?;
+    let controllers = super::controller_manager::parse_args(&kcm_args, cluster_cidr)
+        .map_err(|(arg, reason)| s.invalid("kube-controller-manager-arg", &arg, reason))?;
     let disable_agent = s.flag("disable-agent");
     let disable_controller_manager = s.flag("disable-controller-manager");
     let disable_scheduler = s.flag("disable-scheduler");
@@ -568,6 +605,7 @@ fn resolve(
         cluster_dns,
         cluster_domain,
         service_node_port_range,
+        controllers,
         disable_agent,
         disable_controller_manager,
         disable_scheduler,
@@ -1143,6 +1181,50 @@ mod tests {
         assert!(e.contains("for --token-file: cannot read it"), "{e}");
         std::fs::write(&file, "\n").expect("write");
         assert!(err(&["--token-file", f]).contains("the file is empty"));
+    }
+
+    #[test]
+    fn controller_manager_args_from_flags_and_config_file() {
+        let c = load_args(
+            &[
+                "--kube-controller-manager-arg",
+                "node-monitor-grace-period=5s",
+                "--kube-controller-manager-arg=terminated-pod-gc-threshold=7",
+            ],
+            &no_file(),
+        )
+        .expect("valid");
+        assert_eq!(
+            c.controllers.node_monitor_grace_period,
+            std::time::Duration::from_secs(5)
+        );
+        assert_eq!(c.controllers.terminated_pod_gc_threshold, 7);
+        assert_eq!(c.controllers.cluster_cidr.to_string(), "10.42.0.0/16");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write_config(
+            &dir,
+            "cluster-cidr: 10.52.0.0/16\nkube-controller-manager-arg:\n  - node-monitor-period=2s\n  - node-cidr-mask-size=26\n",
+        );
+        let c = load_args(&[], &path).expect("valid");
+        assert_eq!(
+            c.controllers.node_monitor_period,
+            std::time::Duration::from_secs(2)
+        );
+        assert_eq!(c.controllers.node_cidr_mask_size, 26);
+        assert_eq!(c.controllers.cluster_cidr.to_string(), "10.52.0.0/16");
+        let e = err(&["--kube-controller-manager-arg", "node-monitor-period=fast"]);
+        assert!(
+            e.starts_with(
+                "invalid value \"node-monitor-period=fast\" for --kube-controller-manager-arg:"
+            ),
+            "{e}"
+        );
+        let bad = write_config(&dir, "kube-controller-manager-arg: bogus=1\n");
+        let e = load_args(&[], &bad).expect_err("unknown flag").to_string();
+        assert!(
+            e.contains("does not implement") && e.contains("from config file"),
+            "{e}"
+        );
     }
 
     #[test]

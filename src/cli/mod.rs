@@ -10,6 +10,7 @@ pub mod args;
 pub mod check_config;
 pub mod cidr;
 pub mod config;
+pub mod controller_manager;
 pub mod etcd_snapshot;
 pub mod kubectl;
 pub mod logging;

@@ -168,7 +168,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         let client = component_client(&prepared, "client-controller", &local_url)
             .await
             .context("building the controller-manager's client")?;
-        tokio::spawn(crate::controllers::run(client));
+        tokio::spawn(crate::controllers::run(client, config.controllers.clone()));
     }
     if !config.disable_scheduler {
         let client = component_client(&prepared, "client-scheduler", &local_url)

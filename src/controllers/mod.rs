@@ -14,8 +14,13 @@
 //! CronJob controller (schedules from `crate::cron` in a time zone, concurrency
 //! policies, history), the garbage collector (ownerReferences: background,
 //! foreground, orphan), Endpoints and EndpointSlices for Services with selectors,
-//! and a `default` ServiceAccount per namespace. `workload.rs` holds what the
-//! workload controllers share; `events.rs` the event recorder.
+//! a `default` ServiceAccount per namespace, node lifecycle (Lease and Ready
+//! heartbeats, Unknown conditions, not-ready/unreachable taints, NodeNotReady),
+//! taint-based eviction (NoExecute taints vs tolerations and tolerationSeconds),
+//! node IPAM (a pod CIDR per node from `--cluster-cidr`) and pod GC (terminated pods
+//! over a threshold, pods of nodes that are gone). `workload.rs` holds what the
+//! workload controllers share; `events.rs` the event recorder. [`Config`] carries the
+//! tunables (`--cluster-cidr` and `--kube-controller-manager-arg`).
 
 pub mod cronjob;
 pub mod daemonset;
@@ -26,16 +31,71 @@ pub mod events;
 pub mod garbage_collector;
 pub mod job;
 pub mod namespace;
+pub mod node_ipam;
+pub mod node_lifecycle;
+pub mod pod_gc;
 pub mod replicaset;
 pub mod replicationcontroller;
 pub mod serviceaccount;
 pub mod statefulset;
+pub mod taint_eviction;
 pub mod workload;
 
 use std::time::Duration;
 
+use crate::cli::cidr::Cidr;
+
+/// The controller-manager's tunables. [`Config::for_cluster_cidr`] gives
+/// kube-controller-manager's defaults (k3s passes `--allocate-node-cidrs`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// `--cluster-cidr`: where node pod CIDRs come from.
+    pub cluster_cidr: Cidr,
+    /// `--allocate-node-cidrs`.
+    pub allocate_node_cidrs: bool,
+    /// `--node-cidr-mask-size`: prefix length of each node's pod CIDR.
+    pub node_cidr_mask_size: u8,
+    /// `--node-monitor-period`: how often node health is evaluated.
+    pub node_monitor_period: Duration,
+    /// `--node-monitor-grace-period`: silence after which a node is Unknown. Also the
+    /// pod GC quarantine for pods of deleted nodes (kube hard-codes 40 s, this flag's
+    /// default, there).
+    pub node_monitor_grace_period: Duration,
+    /// `--node-startup-grace-period`: silence allowed before a node's first status.
+    pub node_startup_grace_period: Duration,
+    /// `--node-eviction-rate`: nodes per second given NoExecute taints per zone.
+    pub node_eviction_rate: f64,
+    /// `--secondary-node-eviction-rate`: the same in an unhealthy large zone.
+    pub secondary_node_eviction_rate: f64,
+    /// `--large-cluster-size-threshold`.
+    pub large_cluster_size_threshold: u32,
+    /// `--unhealthy-zone-threshold`.
+    pub unhealthy_zone_threshold: f64,
+    /// `--terminated-pod-gc-threshold` (0 disables).
+    pub terminated_pod_gc_threshold: u32,
+}
+
+impl Config {
+    /// kube-controller-manager's defaults with `cluster_cidr`.
+    pub fn for_cluster_cidr(cluster_cidr: Cidr) -> Self {
+        Config {
+            cluster_cidr,
+            allocate_node_cidrs: true,
+            node_cidr_mask_size: if cluster_cidr.is_ipv4() { 24 } else { 64 },
+            node_monitor_period: Duration::from_secs(5),
+            node_monitor_grace_period: Duration::from_secs(40),
+            node_startup_grace_period: Duration::from_secs(60),
+            node_eviction_rate: 0.1,
+            secondary_node_eviction_rate: 0.01,
+            large_cluster_size_threshold: 50,
+            unhealthy_zone_threshold: 0.55,
+            terminated_pod_gc_threshold: 12500,
+        }
+    }
+}
+
 /// Runs every controller until the process ends.
-pub async fn run(client: kube::Client) {
+pub async fn run(client: kube::Client, config: Config) {
     let namespaces = tokio::spawn(namespace::run(client.clone()));
     tokio::spawn(replicaset::run(client.clone()));
     tokio::spawn(replicationcontroller::run(client.clone()));
@@ -48,6 +108,12 @@ pub async fn run(client: kube::Client) {
     tokio::spawn(endpointslice::run(client.clone()));
     tokio::spawn(serviceaccount::run(client.clone()));
     tokio::spawn(garbage_collector::run(client.clone()));
+    tokio::spawn(node_lifecycle::run(client.clone(), config.clone()));
+    tokio::spawn(taint_eviction::run(client.clone()));
+    tokio::spawn(pod_gc::run(client.clone(), config.clone()));
+    if config.allocate_node_cidrs {
+        tokio::spawn(node_ipam::run(client.clone(), config.clone()));
+    }
     if let Err(e) = namespaces.await {
         tracing::error!(error = %e, "namespace controller stopped");
     }
