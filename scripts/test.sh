@@ -12,6 +12,17 @@ command -v python3 >/dev/null 2>&1 || need_pkgs="$need_pkgs python3"
 # systemd-analyze checks the unit files; shellcheck the install scripts.
 command -v systemd-analyze >/dev/null 2>&1 || need_pkgs="$need_pkgs systemd"
 command -v shellcheck >/dev/null 2>&1 || need_pkgs="$need_pkgs shellcheck"
+# protoc builds the CRI/containerd gRPC bindings; the agent's end-to-end tests run real
+# containers and program nftables; test images are built from busybox-static.
+command -v protoc >/dev/null 2>&1 || need_pkgs="$need_pkgs protobuf-compiler"
+command -v containerd >/dev/null 2>&1 || need_pkgs="$need_pkgs containerd"
+command -v runc >/dev/null 2>&1 || need_pkgs="$need_pkgs runc"
+[ -x /usr/lib/cni/bridge ] || need_pkgs="$need_pkgs containernetworking-plugins"
+command -v nft >/dev/null 2>&1 || need_pkgs="$need_pkgs nftables"
+command -v iptables >/dev/null 2>&1 || need_pkgs="$need_pkgs iptables"
+command -v conntrack >/dev/null 2>&1 || need_pkgs="$need_pkgs conntrack"
+command -v ip >/dev/null 2>&1 || need_pkgs="$need_pkgs iproute2"
+[ -x /bin/busybox ] || need_pkgs="$need_pkgs busybox-static"
 if [ -n "$need_pkgs" ]; then
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
         apt-get update -qq || true

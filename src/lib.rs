@@ -3,10 +3,15 @@
 //! One module per component of the design's map; see ARCHITECTURE.md for the
 //! boundaries. The rule that keeps this honest: only `apiserver` may use `store`.
 
+pub mod agent;
 pub mod apiserver;
 pub mod cli;
 pub mod controllers;
 pub mod cron;
+pub mod dns;
+pub mod kubelet;
+pub mod network;
 pub mod pki;
+pub mod proxy;
 pub mod scheduler;
 pub mod store;
