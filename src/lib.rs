@@ -15,3 +15,4 @@ pub mod pki;
 pub mod proxy;
 pub mod scheduler;
 pub mod store;
+pub mod streaming;

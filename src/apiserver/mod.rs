@@ -16,6 +16,7 @@ pub mod handlers;
 pub mod managed_fields;
 pub mod master_endpoints;
 pub mod metrics;
+pub mod node_proxy;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
@@ -75,6 +76,9 @@ pub struct ApiServerConfig {
     pub advertise: SocketAddr,
     /// Snapshot settings; `None` leaves the snapshot endpoints unavailable.
     pub snapshots: Option<snapshots::SnapshotSettings>,
+    /// Credentials for `pods/log|exec|attach|portforward` towards kubelets; `None` answers
+    /// those with 503.
+    pub kubelet_client: Option<node_proxy::KubeletClientConfig>,
 }
 
 /// Shared state of every request.
@@ -88,6 +92,8 @@ pub struct AppState {
     pub allocation: tokio::sync::Mutex<()>,
     pub metrics: metrics::Metrics,
     pub snapshots: Option<Arc<snapshots::SnapshotManager>>,
+    /// TLS towards kubelets (from `ApiServerConfig::kubelet_client`).
+    pub kubelet_tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// A running API server.
@@ -135,7 +141,14 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
     if let Some(manager) = &snapshot_manager {
         tokio::spawn(manager.clone().run_schedule());
     }
+    let kubelet_tls = config
+        .kubelet_client
+        .as_ref()
+        .map(node_proxy::tls_config)
+        .transpose()
+        .context("loading the kubelet-client credentials")?;
     let state = Arc::new(AppState {
+        kubelet_tls,
         snapshots: snapshot_manager,
         tokens: TokenAuthenticator::new(config.token_secret.clone()),
         config,
@@ -272,6 +285,21 @@ async fn dispatch(
         _ => String::new(),
     };
     let public = matches!(route, Route::Healthz(_) | Route::Version);
+    // Node streams (logs, exec, attach, port-forward) keep the connection for the upgrade
+    // and stream their bodies, so they take the request before any body is read.
+    if let Route::Resource(target) = &route
+        && node_proxy::handles(target)
+        && !identity.is_anonymous()
+    {
+        let path = parts.uri.path().to_string();
+        let response = node_proxy::serve(&state, target, Request::from_parts(parts, body)).await;
+        let code = response.status().as_u16();
+        state
+            .metrics
+            .observe(verb, &resource, code, started.elapsed());
+        tracing::debug!(user = %identity.user, verb, %path, code, "request");
+        return response;
+    }
     let response = if identity.is_anonymous() && !public {
         ApiError::unauthorized().into_response()
     } else {

@@ -15,6 +15,9 @@ use super::config::{ServerConfig, system_hostname};
 use super::notify::{self, Notifier};
 use crate::pki::{self, ServerPki, ServerPkiOptions, ServerToken, ServingSans};
 
+/// File stem of the API server's client certificate towards kubelets (`system:apiserver`).
+const KUBE_APISERVER_KUBELET_CLIENT: &str = "client-kube-apiserver";
+
 /// What [`prepare`] produced.
 #[derive(Debug)]
 pub struct Prepared {
@@ -154,6 +157,14 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         node_port_range: config.service_node_port_range.clone(),
         advertise: SocketAddr::new(advertise_ip, config.https_listen_port),
         snapshots: Some(config.snapshots.settings.clone()),
+        kubelet_client: prepared
+            .pki
+            .client(KUBE_APISERVER_KUBELET_CLIENT)
+            .map(|cert| crate::apiserver::node_proxy::KubeletClientConfig {
+                cert_pem: cert.cert_pem.clone(),
+                key_pem: cert.key_pem.clone(),
+                ca_pem: prepared.pki.server_ca().cert_pem().to_string(),
+            }),
     };
     let server = crate::apiserver::start(apiserver_config)
         .await

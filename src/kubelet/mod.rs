@@ -3,3 +3,5 @@
 //!
 //! Talks CRI and the Kubernetes API, nothing else: it may not touch `store`, `apiserver`
 //! internals or containerd's native API.
+
+pub mod server;
