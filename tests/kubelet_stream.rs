@@ -204,6 +204,8 @@ state = "{root}/state"
   address = "{sock}.ttrpc"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{PAUSE}"
+  # Test machines (containers themselves) may not let runc lower oom_score_adj.
+  restrict_oom_score_adj = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   [plugins."io.containerd.grpc.v1.cri".cni]
@@ -278,6 +280,14 @@ state = "{root}/state"
 
 impl Drop for Containerd {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- containerd log (last 40 lines) ---");
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
         // Kill every task (the shims exit with them), remove the sandboxes, then containerd.
         let tasks = self.ctr(&["tasks", "ls", "-q"]);
         for id in String::from_utf8_lossy(&tasks.stdout).lines() {
@@ -348,7 +358,6 @@ async fn run_pod(
             namespace: pod.namespace.into(),
             attempt: 0,
         }),
-        hostname: pod.name.into(),
         log_directory: log_directory.display().to_string(),
         labels: labels.clone(),
         linux: Some(cri::LinuxPodSandboxConfig {
@@ -832,7 +841,7 @@ async fn wait_for_log(
 const LOGGER: &[&str] = &[
     "sh",
     "-c",
-    "echo one; echo two >&2; printf 'par'; sleep 0.2; echo tial; echo four; i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.3; done",
+    "echo one; sleep 0.1; echo two >&2; sleep 0.1; printf 'par'; sleep 0.2; echo tial; echo four; i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.3; done",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
