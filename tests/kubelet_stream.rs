@@ -1294,6 +1294,22 @@ async fn kubectl_logs_exec_and_port_forward_through_the_api_server() {
             "{}",
             kubectl_bin.display()
         );
+        // kubectl ≥ 1.30 must not have fallen back to SPDY (client-go logs that at -v=4).
+        let out = kubectl(
+            &server,
+            kubectl_bin,
+            &["exec", "-v=4", "single", "--", "true"],
+            None,
+        );
+        assert!(out.status.success(), "{}: {out:?}", kubectl_bin.display());
+        assert!(
+            !String::from_utf8_lossy(&out.stderr)
+                .to_lowercase()
+                .contains("fallback"),
+            "{} fell back from WebSocket: {}",
+            kubectl_bin.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
         let out = kubectl(
             &server,
             kubectl_bin,
@@ -1317,6 +1333,7 @@ async fn kubectl_logs_exec_and_port_forward_through_the_api_server() {
             .arg(&server.kubeconfig)
             .args([
                 "port-forward",
+                "-v=4",
                 "pod/single",
                 &format!("{local}:{http_port}"),
             ])
@@ -1354,7 +1371,17 @@ async fn kubectl_logs_exec_and_port_forward_through_the_api_server() {
         };
         assert!(page.contains("200 OK"), "{page}");
         let _ = forward.kill();
-        let _ = forward.wait();
+        let output = forward
+            .wait_with_output()
+            .expect("kubectl port-forward output");
+        assert!(
+            !String::from_utf8_lossy(&output.stderr)
+                .to_lowercase()
+                .contains("fallback"),
+            "{}: {}",
+            kubectl_bin.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
     let _ = std::io::stderr().flush();
 }
