@@ -171,6 +171,7 @@ pub async fn start(opts: RuntimeOptions) -> anyhow::Result<Runtime> {
         snapshotter: snapshotter.clone(),
         systemd_cgroup: host_uses_systemd_cgroups(),
         stream_port: choose_stream_port(&paths.config),
+        restrict_oom_score_adj: !can_lower_oom_score_adj(),
         registries,
     }
     .render();
@@ -525,6 +526,26 @@ fn choose_stream_port(config: &Path) -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .unwrap_or(DEFAULT_STREAM_PORT)
+}
+
+/// Whether this process may lower its `oom_score_adj` (CAP_SYS_RESOURCE honoured). Tried
+/// by lowering it by one and putting it back (raising is always allowed).
+fn can_lower_oom_score_adj() -> bool {
+    let path = "/proc/self/oom_score_adj";
+    let Some(current) = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+    else {
+        return false;
+    };
+    if current <= -1000 {
+        return true;
+    }
+    let lowered = std::fs::write(path, format!("{}", current - 1)).is_ok();
+    if lowered {
+        let _ = std::fs::write(path, format!("{current}"));
+    }
+    lowered
 }
 
 /// systemd as init with a pure cgroup v2 hierarchy: use the systemd cgroup driver; otherwise

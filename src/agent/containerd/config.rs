@@ -24,6 +24,9 @@ pub struct ContainerdConfig {
     pub systemd_cgroup: bool,
     /// The CRI streaming server (exec/attach/port-forward) listens on 127.0.0.1:this.
     pub stream_port: u16,
+    /// Keep containers' `oom_score_adj` at or above containerd's own: needed where even root
+    /// may not lower it (runc then fails with "can't get final child's PID from pipe").
+    pub restrict_oom_score_adj: bool,
     pub registries: Registries,
 }
 
@@ -79,6 +82,11 @@ impl ContainerdConfig {
         let _ = writeln!(t, "  enable_unprivileged_ports = true");
         let _ = writeln!(t, "  enable_unprivileged_icmp = true");
         let _ = writeln!(t, "  sandbox_image = {}", quote(&self.sandbox_image));
+        let _ = writeln!(
+            t,
+            "  restrict_oom_score_adj = {}",
+            self.restrict_oom_score_adj
+        );
         let _ = writeln!(t);
         let _ = writeln!(t, "[{CRI}.containerd]");
         let _ = writeln!(t, "  snapshotter = {}", quote(&self.snapshotter));
@@ -151,6 +159,7 @@ mod tests {
             snapshotter: "overlayfs".into(),
             systemd_cgroup: false,
             stream_port: 10010,
+            restrict_oom_score_adj: false,
             registries: Registries::default(),
         }
     }
