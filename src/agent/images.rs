@@ -137,10 +137,24 @@ impl DirImporter {
                 }
                 Err(e) => {
                     failures += 1;
+                    // containerd being down (it is restarted by the supervisor) is retried at
+                    // the next scan; a broken file only once it changes.
+                    let transient = e.chain().any(|c| {
+                        matches!(
+                            c.downcast_ref::<import::ImportError>(),
+                            Some(
+                                import::ImportError::Grpc { .. }
+                                    | import::ImportError::StreamClosed(_)
+                            )
+                        )
+                    });
+                    if transient {
+                        tracing::warn!(file = %file_name, "air-gap import failed, retrying: {e:#}");
+                        continue;
+                    }
                     tracing::error!(file = %file_name, "skipping air-gap image tarball: {e:#}");
                 }
             }
-            // A broken file is not retried until it changes (it is remembered either way).
             self.seen.insert(path, stamp);
         }
         failures
