@@ -4,3 +4,8 @@
 //!
 //! Owns `<data-dir>/agent/` except what the kubelet keeps there. It is an API client only:
 //! it may not touch `store` or `apiserver` internals.
+
+pub mod containerd;
+pub mod cri;
+pub mod images;
+pub mod pause;
