@@ -553,8 +553,16 @@ mod tests {
     fn events_share_the_cached_bytes_of_the_previous_version() {
         let cache = WatchCache::empty();
         let key = "/registry/configmaps/default/a";
-        let v1 = kv(key, json!({"metadata": {"name": "a"}, "data": {"k": "1"}}), 2);
-        let v2 = kv(key, json!({"metadata": {"name": "a"}, "data": {"k": "2"}}), 3);
+        let v1 = kv(
+            key,
+            json!({"metadata": {"name": "a"}, "data": {"k": "1"}}),
+            2,
+        );
+        let v2 = kv(
+            key,
+            json!({"metadata": {"name": "a"}, "data": {"k": "2"}}),
+            3,
+        );
         cache.apply(&Event::Put {
             kv: v1.clone(),
             prev_kv: None,
