@@ -797,8 +797,18 @@ async fn check_namespace(
     let Some(ns) = state.cache.get(&key) else {
         return Err(ApiError::not_found("", "namespaces", namespace));
     };
-    let ns = parse(&ns.bytes)?;
-    if ns.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") {
+    // Only the phase matters: skip building a whole Value for every create.
+    #[derive(serde::Deserialize)]
+    struct Phase {
+        phase: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct NamespacePhase {
+        status: Option<Phase>,
+    }
+    let ns: NamespacePhase = serde_json::from_slice(&ns.bytes)
+        .map_err(|e| ApiError::internal(format!("stored object is not JSON: {e}")))?;
+    if ns.status.and_then(|s| s.phase).as_deref() == Some("Terminating") {
         return Err(ApiError {
             code: StatusCode::FORBIDDEN,
             reason: "Forbidden",
@@ -818,6 +828,14 @@ async fn check_namespace(
 
 /// Serializes an object for storage (without resourceVersion, which the store keeps).
 fn to_stored(object: &Value) -> Vec<u8> {
+    let has_version = object
+        .get("metadata")
+        .and_then(Value::as_object)
+        .is_some_and(|meta| meta.contains_key("resourceVersion"));
+    if !has_version {
+        // Creates have already dropped it: no need to copy the whole object.
+        return serde_json::to_vec(object).unwrap_or_default();
+    }
     let mut copy = object.clone();
     if let Some(meta) = copy.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("resourceVersion");
