@@ -8,8 +8,8 @@
 //!
 //! * **1,000 fake nodes** (Node objects with allocatable cpu/memory/pods, Ready, zone
 //!   labels over 10 zones, and a Lease each in `kube-node-lease`; the server runs with
-//!   `--kube-controller-manager-arg node-monitor-grace-period=1h` because nothing
-//!   renews those Leases), then
+//!   `--kube-controller-manager-arg node-monitor-grace-period=1h` and
+//!   `node-startup-grace-period=1h` because nothing renews those Leases), then
 //! * **10,000 bare pods** from 32 concurrent clients: **pods/s** from the first
 //!   create call to the last pod seen bound through a watch, the create rate alone
 //!   (the API server's share), and the **scheduling latency** of each pod (its
@@ -101,6 +101,8 @@ async fn run(sizes: Sizes) -> Result<()> {
     let server = K3rsServer::start(&[
         "--kube-controller-manager-arg",
         "node-monitor-grace-period=1h",
+        "--kube-controller-manager-arg",
+        "node-startup-grace-period=1h",
     ])
     .await?;
     let clients = server.clients(CLIENTS).await?;
@@ -155,7 +157,7 @@ async fn run(sizes: Sizes) -> Result<()> {
     }
     let create_time = first_create.elapsed();
     println!(
-        "created {} pods in {} ({} creates/s)",
+        "created {} pods in {} ({} creates)",
         sizes.pods,
         fmt_duration(create_time),
         fmt_rate(per_second(sizes.pods, create_time))
@@ -175,7 +177,7 @@ async fn run(sizes: Sizes) -> Result<()> {
     }
     let lat = latencies.summary();
     println!(
-        "bound {} pods in {} from the first create: {} pods/s",
+        "bound {} pods in {} from the first create: {} pods",
         sizes.pods,
         fmt_duration(schedule_time),
         fmt_rate(pods_per_s)
@@ -224,7 +226,7 @@ async fn run(sizes: Sizes) -> Result<()> {
         .await?;
     let deploy_created = created.saturating_duration_since(deploy_start);
     println!(
-        "Deployment of {}: all pods created in {} ({} pods/s)",
+        "Deployment of {}: all pods created in {} ({} pods)",
         sizes.deployment,
         fmt_duration(deploy_created),
         fmt_rate(per_second(sizes.deployment, deploy_created))
