@@ -419,3 +419,309 @@ async fn only_the_lease_holder_schedules_and_a_standby_takes_over() {
     assert_eq!(events.len(), 1, "bound once: {events:?}");
     second.abort();
 }
+
+/// Creates a pod with labels in `default` (100m cpu, 64Mi).
+async fn create_labeled_pod(client: &kube::Client, name: &str, labels: Value, extra_spec: Value) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut spec = json!({"containers": [{"name": "c", "image": "pause",
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]});
+    if let (Some(s), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
+        s.extend(extra.clone());
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": spec,
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+}
+
+/// Waits for the pod's `PodScheduled=False` condition and its FailedScheduling event,
+/// asserts both carry `expected`, and that the pod stays unbound.
+async fn assert_unschedulable(client: &kube::Client, pod: &str, expected: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let condition = eventually("PodScheduled=False", Duration::from_secs(20), || async {
+        pods.get(pod)
+            .await
+            .ok()?
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+    })
+    .await;
+    assert_eq!(condition.reason.as_deref(), Some("Unschedulable"));
+    assert_eq!(condition.message.as_deref(), Some(expected));
+    let events = eventually(
+        "a FailedScheduling event",
+        Duration::from_secs(10),
+        || async {
+            let e = events_for(client, pod, "FailedScheduling").await;
+            (!e.is_empty()).then_some(e)
+        },
+    )
+    .await;
+    assert_eq!(events[0].message.as_deref(), Some(expected));
+    assert!(node_of(client, pod).await.is_none(), "{pod} was bound");
+}
+
+fn zone_spread(max_skew: i32, app: &str) -> Value {
+    json!({"topologySpreadConstraints": [{
+        "maxSkew": max_skew, "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": app}}}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topology_spread_max_skew_1_balances_zones() {
+    let (_server, client) = setup().await;
+    // Three nodes in zone a, one in zone b: resource scores alone would put most
+    // pods in zone a.
+    for (n, zone) in [("a1", "a"), ("a2", "a"), ("a3", "a"), ("b1", "b")] {
+        fake_node(
+            &client,
+            n,
+            "8",
+            "16Gi",
+            json!({"topology.kubernetes.io/zone": zone}),
+            json!([]),
+        )
+        .await;
+    }
+    for i in 0..6 {
+        create_labeled_pod(
+            &client,
+            &format!("web-{i}"),
+            json!({"app": "web"}),
+            zone_spread(1, "web"),
+        )
+        .await;
+    }
+    let mut per_zone: BTreeMap<char, usize> = BTreeMap::new();
+    for i in 0..6 {
+        let node = wait_bound(&client, &format!("web-{i}")).await;
+        *per_zone
+            .entry(node.chars().next().unwrap_or('?'))
+            .or_default() += 1;
+    }
+    assert_eq!(per_zone, BTreeMap::from([('a', 3), ('b', 3)]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn do_not_schedule_keeps_a_pod_pending_with_kubes_message() {
+    let (_server, client) = setup().await;
+    fake_node(
+        &client,
+        "za",
+        "4",
+        "8Gi",
+        json!({"topology.kubernetes.io/zone": "a"}),
+        json!([]),
+    )
+    .await;
+    // Zone b exists (its node counts as a domain) but its node is cordoned.
+    fake_node(
+        &client,
+        "zb",
+        "4",
+        "8Gi",
+        json!({"topology.kubernetes.io/zone": "b"}),
+        json!([]),
+    )
+    .await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let cordon = |on: bool| json!({"spec": {"unschedulable": on}});
+    nodes
+        .patch("zb", &PatchParams::default(), &Patch::Merge(&cordon(true)))
+        .await
+        .expect("cordon");
+    // A node without the zone label at all.
+    fake_node(&client, "nozone", "4", "8Gi", json!({}), json!([])).await;
+
+    create_labeled_pod(&client, "db-0", json!({"app": "db"}), zone_spread(1, "db")).await;
+    assert_eq!(wait_bound(&client, "db-0").await, "za");
+    create_labeled_pod(&client, "db-1", json!({"app": "db"}), zone_spread(1, "db")).await;
+    assert_unschedulable(
+        &client,
+        "db-1",
+        "0/3 nodes are available: 1 node(s) didn't match pod topology spread constraints, \
+         1 node(s) didn't match pod topology spread constraints (missing required label), \
+         1 node(s) were unschedulable. preemption: 0/3 nodes are available: 1 No preemption \
+         victims found for incoming pod, 2 Preemption is not helpful for scheduling.",
+    )
+    .await;
+    // Uncordoning zone b's node lets it go there.
+    nodes
+        .patch("zb", &PatchParams::default(), &Patch::Merge(&cordon(false)))
+        .await
+        .expect("uncordon");
+    assert_eq!(wait_bound(&client, "db-1").await, "zb");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_anti_affinity_puts_one_replica_per_node() {
+    let (_server, client) = setup().await;
+    for n in ["n1", "n2", "n3"] {
+        fake_node(&client, n, "4", "8Gi", json!({}), json!([])).await;
+    }
+    let anti = json!({"affinity": {"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"app": "cache"}},
+            "topologyKey": "kubernetes.io/hostname"}]}}});
+    for i in 0..3 {
+        create_labeled_pod(
+            &client,
+            &format!("cache-{i}"),
+            json!({"app": "cache"}),
+            anti.clone(),
+        )
+        .await;
+    }
+    let mut nodes = std::collections::BTreeSet::new();
+    for i in 0..3 {
+        nodes.insert(wait_bound(&client, &format!("cache-{i}")).await);
+    }
+    assert_eq!(nodes.len(), 3, "one replica per node: {nodes:?}");
+    create_labeled_pod(&client, "cache-3", json!({"app": "cache"}), anti.clone()).await;
+    assert_unschedulable(
+        &client,
+        "cache-3",
+        "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules. preemption: \
+         0/3 nodes are available: 3 No preemption victims found for incoming pod.",
+    )
+    .await;
+    // A pod without terms of its own is kept off by the existing pods' anti-affinity.
+    create_labeled_pod(&client, "intruder", json!({"app": "cache"}), json!({})).await;
+    assert_unschedulable(
+        &client,
+        "intruder",
+        "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules. \
+         preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.",
+    )
+    .await;
+    // Deleting one replica frees its node for the pending one (the intruder goes
+    // first, so that it cannot take the freed node).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let delete_now = kube::api::DeleteParams::default().grace_period(0);
+    pods.delete("intruder", &delete_now).await.expect("delete");
+    eventually(
+        "the intruder to be gone",
+        Duration::from_secs(10),
+        || async { pods.get_opt("intruder").await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+    let freed = node_of(&client, "cache-0").await.expect("bound");
+    pods.delete("cache-0", &delete_now).await.expect("delete");
+    assert_eq!(wait_bound(&client, "cache-3").await, freed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_affinity_co_locates_and_unmatched_affinity_waits() {
+    let (_server, client) = setup().await;
+    for n in ["n1", "n2", "n3"] {
+        fake_node(&client, n, "4", "8Gi", json!({}), json!([])).await;
+    }
+    create_labeled_pod(
+        &client,
+        "db",
+        json!({"app": "db"}),
+        json!({"nodeSelector": {"kubernetes.io/hostname": "n2"}}),
+    )
+    .await;
+    assert_eq!(wait_bound(&client, "db").await, "n2");
+    let with_db = json!({"affinity": {"podAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"app": "db"}},
+            "topologyKey": "kubernetes.io/hostname"}]}}});
+    for i in 0..3 {
+        create_labeled_pod(
+            &client,
+            &format!("app-{i}"),
+            json!({"app": "app"}),
+            with_db.clone(),
+        )
+        .await;
+    }
+    for i in 0..3 {
+        assert_eq!(wait_bound(&client, &format!("app-{i}")).await, "n2");
+    }
+    // Affinity to pods that do not exist (and the pod does not match itself).
+    let with_queue = json!({"affinity": {"podAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"app": "queue"}},
+            "topologyKey": "kubernetes.io/hostname"}]}}});
+    create_labeled_pod(&client, "worker", json!({"app": "worker"}), with_queue).await;
+    assert_unschedulable(
+        &client,
+        "worker",
+        "0/3 nodes are available: 3 node(s) didn't match pod affinity rules. preemption: 0/3 \
+         nodes are available: 3 Preemption is not helpful for scheduling.",
+    )
+    .await;
+    // The pod it wants appears (bound to n3): it follows at once.
+    create_labeled_pod(
+        &client,
+        "queue",
+        json!({"app": "queue"}),
+        json!({"nodeSelector": {"kubernetes.io/hostname": "n3"}}),
+    )
+    .await;
+    assert_eq!(wait_bound(&client, "worker").await, "n3");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preferred_affinity_and_image_locality_win_on_score() {
+    let (_server, client) = setup().await;
+    for n in ["n1", "n2", "n3", "n4"] {
+        fake_node(&client, n, "8", "16Gi", json!({}), json!([])).await;
+    }
+    // n4 holds a large image.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let images = json!({"status": {"images": [
+        {"names": ["registry.example/big@sha256:0123", "registry.example/big:1.0"],
+         "sizeBytes": 900u64 * 1024 * 1024}]}});
+    nodes
+        .patch_status("n4", &PatchParams::default(), &Patch::Merge(&images))
+        .await
+        .expect("node images");
+    create_labeled_pod(
+        &client,
+        "cache",
+        json!({"app": "cache"}),
+        json!({"nodeSelector": {"kubernetes.io/hostname": "n3"}}),
+    )
+    .await;
+    assert_eq!(wait_bound(&client, "cache").await, "n3");
+    let near_cache = json!({"affinity": {"podAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+            "labelSelector": {"matchLabels": {"app": "cache"}},
+            "topologyKey": "kubernetes.io/hostname"}}]}}});
+    for i in 0..3 {
+        create_labeled_pod(
+            &client,
+            &format!("near-{i}"),
+            json!({"app": "near"}),
+            near_cache.clone(),
+        )
+        .await;
+        assert_eq!(wait_bound(&client, &format!("near-{i}")).await, "n3");
+    }
+    for i in 0..2 {
+        let name = format!("big-{i}");
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "registry.example/big:1.0",
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]},
+        }))
+        .expect("pod");
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+        assert_eq!(wait_bound(&client, &name).await, "n4", "image locality");
+    }
+}

@@ -11,7 +11,10 @@ use k8s_openapi::api::core::v1::{
     Toleration,
 };
 
+use super::image_locality::ImageTable;
+use super::inter_pod_affinity::{self as interpod, Incoming, PodAffinity};
 use super::quantity::amount;
+use super::topology_spread::{self as spread, Constraints};
 
 /// kube-scheduler's default for containers without a cpu request (for scoring only).
 const DEFAULT_MILLI_CPU: i64 = 100;
@@ -205,15 +208,39 @@ fn priority(pod: &Pod) -> i32 {
     pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
 }
 
-/// What the cache keeps of a pod bound (or assumed bound) to a node.
+/// The controlling ReplicaSet, ReplicationController or StatefulSet of a pod: kube's
+/// system default spread constraints apply to the pods such a controller selects.
+pub fn spreading_controller(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| {
+            o.controller == Some(true)
+                && matches!(
+                    o.kind.as_str(),
+                    "ReplicaSet" | "ReplicationController" | "StatefulSet"
+                )
+        })
+        .map(|o| o.uid.as_str())
+}
+
+/// What the cache keeps of a pod bound (or assumed bound) to a node: only what the
+/// filters and scores read, never the whole Pod (thousands of pods are cached).
 #[derive(Clone, Debug)]
 pub struct PodInfo {
     pub uid: String,
     pub node: String,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    /// See [`spreading_controller`].
+    pub controller_uid: Option<String>,
     pub requests: Resources,
     pub non_zero: Resources,
     pub ports: Vec<HostPort>,
     pub priority: i32,
+    /// Its inter-pod (anti-)affinity terms, if it has any.
+    pub affinity: Option<Arc<PodAffinity>>,
     /// False while only assumed by us (binding sent, not yet seen through the watch).
     pub confirmed: bool,
     /// When we assumed it (unconfirmed entries expire, as kube's assumed pods do).
@@ -225,10 +252,18 @@ impl PodInfo {
         PodInfo {
             uid: pod.metadata.uid.clone().unwrap_or_default(),
             node: node.to_string(),
+            namespace: pod
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            controller_uid: spreading_controller(pod).map(str::to_string),
             requests: pod_requests(pod, false),
             non_zero: pod_requests(pod, true),
             ports: host_ports(pod),
             priority: priority(pod),
+            affinity: PodAffinity::of(pod).map(Arc::new),
             confirmed,
             assumed_at: (!confirmed).then(std::time::Instant::now),
         }
@@ -241,12 +276,18 @@ pub struct NodeUsage {
     pub requested: Resources,
     pub non_zero: Resources,
     pub pods: BTreeMap<String, Arc<PodInfo>>,
+    /// Pods per spreading controller uid (the system default spread counts these
+    /// for every node on every attempt, so they must not need a scan).
+    controllers: HashMap<String, i64>,
 }
 
 impl NodeUsage {
     fn add(&mut self, key: &str, info: Arc<PodInfo>) {
         self.requested.add(&info.requests);
         self.non_zero.add(&info.non_zero);
+        if let Some(uid) = &info.controller_uid {
+            *self.controllers.entry(uid.clone()).or_default() += 1;
+        }
         self.pods.insert(key.to_string(), info);
     }
 
@@ -254,7 +295,20 @@ impl NodeUsage {
         if let Some(info) = self.pods.remove(key) {
             self.requested.sub(&info.requests);
             self.non_zero.sub(&info.non_zero);
+            if let Some(uid) = &info.controller_uid
+                && let Some(n) = self.controllers.get_mut(uid)
+            {
+                *n -= 1;
+                if *n <= 0 {
+                    self.controllers.remove(uid);
+                }
+            }
         }
+    }
+
+    /// How many pods on this node the controller with `uid` controls.
+    pub fn controlled_by(&self, uid: &str) -> i64 {
+        self.controllers.get(uid).copied().unwrap_or(0)
     }
 }
 
@@ -267,10 +321,19 @@ pub struct NodeFailure {
 }
 
 impl NodeFailure {
-    fn unresolvable(reason: impl Into<String>) -> NodeFailure {
+    /// A failure that removing pods from the node cannot fix.
+    pub fn unresolvable(reason: impl Into<String>) -> NodeFailure {
         NodeFailure {
             reasons: vec![reason.into()],
             unresolvable: true,
+        }
+    }
+
+    /// A failure that preemption might fix.
+    pub fn resolvable(reason: impl Into<String>) -> NodeFailure {
+        NodeFailure {
+            reasons: vec![reason.into()],
+            unresolvable: false,
         }
     }
 }
@@ -301,6 +364,17 @@ fn histogram_message(num_nodes: usize, per_node: &[Vec<String>]) -> String {
         msg.push_str(&format!(" {}.", parts.join(", ")));
     }
     msg
+}
+
+impl FitError {
+    /// Whether a pod bound somewhere may make this pod fit: some node failed only on
+    /// required pod affinity or topology spread, which more pods can satisfy.
+    pub fn may_fit_after_pod_add(&self) -> bool {
+        self.filter
+            .iter()
+            .flatten()
+            .any(|r| r == interpod::REASON_AFFINITY || r == spread::REASON_SPREAD)
+    }
 }
 
 impl std::fmt::Display for FitError {
@@ -454,6 +528,15 @@ pub struct Cache {
     usage: HashMap<String, NodeUsage>,
     /// pod key → where it is accounted.
     assigned: HashMap<String, Arc<PodInfo>>,
+    /// Keys of accounted pods that carry inter-pod (anti-)affinity terms: the only
+    /// ones a pod without terms of its own must be checked against.
+    with_affinity: HashSet<String>,
+    /// Namespace labels, for affinity terms' `namespaceSelector`.
+    pub namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    images: ImageTable,
+    /// Where the next search starts (kube's `nextStartNodeIndex`), so that partial
+    /// searches visit every node in turn.
+    next_start: usize,
 }
 
 /// A precomputed view of the pod being scheduled.
@@ -464,6 +547,38 @@ struct Candidate<'a> {
     ports: Vec<HostPort>,
     tolerations: &'a [Toleration],
     priority: i32,
+    namespace: &'a str,
+    labels: &'a BTreeMap<String, String>,
+    affinity: Option<PodAffinity>,
+    spread: Constraints,
+}
+
+impl Candidate<'_> {
+    fn incoming(&self) -> Incoming<'_> {
+        Incoming {
+            namespace: self.namespace,
+            labels: self.labels,
+            affinity: self.affinity.as_ref(),
+        }
+    }
+}
+
+/// kube-scheduler's minimum number of feasible nodes to look for.
+const MIN_FEASIBLE_NODES: usize = 100;
+/// kube-scheduler's floor for the adaptive percentage.
+const MIN_FEASIBLE_PERCENTAGE: usize = 5;
+
+/// How many feasible nodes to find before scoring, as kube-scheduler's adaptive
+/// `percentageOfNodesToScore`: all of up to 100 nodes, else 50% minus 1% per 125
+/// nodes (at least 5%), and never fewer than 100.
+pub fn feasible_nodes_to_find(all: usize) -> usize {
+    if all < MIN_FEASIBLE_NODES {
+        return all;
+    }
+    let percentage = 50usize
+        .saturating_sub(all / 125)
+        .max(MIN_FEASIBLE_PERCENTAGE);
+    (all * percentage / 100).max(MIN_FEASIBLE_NODES)
 }
 
 impl Cache {
@@ -485,8 +600,33 @@ impl Cache {
             .unwrap_or(0);
         self.allocatable
             .insert(name.clone(), (Resources::from_list(list), pods));
+        self.images.set_node(&node);
         self.nodes.insert(name, Arc::new(node));
         changed
+    }
+
+    /// Records a namespace's labels; true when they changed.
+    pub fn set_namespace(&mut self, name: &str, labels: BTreeMap<String, String>) -> bool {
+        self.namespace_labels
+            .insert(name.to_string(), labels.clone())
+            != Some(labels)
+    }
+
+    pub fn remove_namespace(&mut self, name: &str) {
+        self.namespace_labels.remove(name);
+    }
+
+    /// Every accounted pod.
+    pub fn all_pods(&self) -> impl Iterator<Item = &PodInfo> {
+        self.assigned.values().map(|p| p.as_ref())
+    }
+
+    /// Accounted pods with inter-pod (anti-)affinity terms.
+    pub fn pods_with_affinity(&self) -> impl Iterator<Item = &PodInfo> {
+        self.with_affinity
+            .iter()
+            .filter_map(|k| self.assigned.get(k))
+            .map(|p| p.as_ref())
     }
 
     fn allocatable_of(&self, node: &Node) -> (&Resources, i64) {
@@ -503,12 +643,16 @@ impl Cache {
     pub fn remove_node(&mut self, name: &str) {
         self.nodes.remove(name);
         self.allocatable.remove(name);
+        self.images.remove_node(name);
     }
 
     /// Accounts `pod` on `info.node`, replacing what was accounted for it before.
     pub fn add_pod(&mut self, key: &str, info: PodInfo) {
         self.remove_pod(key);
         let info = Arc::new(info);
+        if info.affinity.is_some() {
+            self.with_affinity.insert(key.to_string());
+        }
         self.usage
             .entry(info.node.clone())
             .or_default()
@@ -520,6 +664,7 @@ impl Cache {
         let Some(info) = self.assigned.remove(key) else {
             return false;
         };
+        self.with_affinity.remove(key);
         if let Some(usage) = self.usage.get_mut(&info.node) {
             usage.remove(key);
             if usage.pods.is_empty() {
@@ -678,12 +823,20 @@ impl Cache {
     }
 
     /// Picks a node for `pod`, or says why none fits. `random` breaks ties.
+    ///
+    /// As kube-scheduler: the filters run from where the last search stopped and
+    /// stop once [`feasible_nodes_to_find`] nodes fit; the feasible nodes are scored
+    /// by each plugin, normalized, weighted as in the default profile
+    /// (NodeResourcesFit 1, NodeResourcesBalancedAllocation 1, ImageLocality 1,
+    /// InterPodAffinity 2, NodeAffinity 2, PodTopologySpread 2, TaintToleration 3)
+    /// and summed; the best wins, ties at random.
     pub fn find_node(
-        &self,
+        &mut self,
         pod: &Pod,
         random: &mut impl FnMut() -> u64,
     ) -> Result<String, FitError> {
         let spec = pod.spec.as_ref();
+        static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
         let c = Candidate {
             pod,
             requests: pod_requests(pod, false),
@@ -691,50 +844,58 @@ impl Cache {
             ports: host_ports(pod),
             tolerations: spec.and_then(|s| s.tolerations.as_deref()).unwrap_or(&[]),
             priority: priority(pod),
+            namespace: pod.metadata.namespace.as_deref().unwrap_or("default"),
+            labels: pod.metadata.labels.as_ref().unwrap_or(&NO_LABELS),
+            affinity: PodAffinity::of(pod),
+            spread: Constraints::of(pod, spreading_controller(pod)),
         };
+        let nodes: Vec<(&String, &Arc<Node>)> = self.nodes.iter().collect();
+        let total = nodes.len();
+        if total == 0 {
+            return Err(self.fit_error(&c, Vec::new()));
+        }
+        let spread_filter = spread::FilterState::new(self, pod, c.tolerations, &c.spread.hard);
+        let incoming = c.incoming();
+        let interpod_filter = interpod::FilterState::new(self, &incoming);
+        let want = feasible_nodes_to_find(total);
+        let start = self.next_start % total;
         let mut feasible: Vec<(&String, &Node, Option<&NodeUsage>)> = Vec::new();
         let mut failures: Vec<(&String, NodeFailure)> = Vec::new();
-        for (name, node) in &self.nodes {
+        let mut processed = 0;
+        for i in 0..total {
+            let (name, node) = nodes[(start + i) % total];
+            processed += 1;
             let usage = self.usage.get(name);
-            match self.filter(&c, node, usage) {
-                Ok(()) => feasible.push((name, node, usage)),
+            let verdict = self
+                .filter(&c, node, usage)
+                .and_then(|()| spread_filter.filter(&c.spread.hard, node))
+                .and_then(|()| interpod_filter.filter(&incoming, node));
+            match verdict {
+                Ok(()) => {
+                    feasible.push((name, node, usage));
+                    if feasible.len() >= want {
+                        break;
+                    }
+                }
                 Err(f) => failures.push((name, f)),
             }
         }
+        let next_start = (start + processed) % total;
         if feasible.is_empty() {
-            return Err(self.fit_error(&c, failures));
+            let err = self.fit_error(&c, failures);
+            self.next_start = next_start;
+            return Err(err);
         }
-        // Raw scores, then kube's normalization for affinity and taint scores.
-        let affinity: Vec<i64> = feasible
-            .iter()
-            .map(|(_, n, _)| preferred_affinity_score(pod, n))
-            .collect();
-        let max_affinity = affinity.iter().copied().max().unwrap_or(0);
-        let intolerable: Vec<i64> = feasible
-            .iter()
-            .map(|(_, n, _)| {
-                n.spec
-                    .as_ref()
-                    .and_then(|s| s.taints.as_deref())
-                    .unwrap_or(&[])
-                    .iter()
-                    .filter(|t| t.effect == "PreferNoSchedule" && !tolerated(c.tolerations, t))
-                    .count() as i64
-            })
-            .collect();
-        let max_intolerable = intolerable.iter().copied().max().unwrap_or(0);
+        if feasible.len() == 1 {
+            let name = feasible[0].0.clone();
+            self.next_start = next_start;
+            return Ok(name);
+        }
+        let scores = self.scores(&c, &incoming, &feasible);
         let mut best: Option<(&String, i64)> = None;
         let mut ties = 0u64;
-        for (i, (name, node, usage)) in feasible.iter().enumerate() {
-            let mut score = self.resource_score(&c, node, *usage);
-            if max_affinity > 0 {
-                score += 2 * (affinity[i] * 100 / max_affinity);
-            }
-            score += 3 * if max_intolerable > 0 {
-                100 - intolerable[i] * 100 / max_intolerable
-            } else {
-                100
-            };
+        for (i, (name, _, _)) in feasible.iter().enumerate() {
+            let score = scores[i];
             match best {
                 Some((_, s)) if s > score => {}
                 Some((_, s)) if s == score => {
@@ -750,10 +911,93 @@ impl Cache {
                 }
             }
         }
-        match best {
-            Some((name, _)) => Ok(name.clone()),
-            None => Err(self.fit_error(&c, failures)),
+        let chosen = best.map(|(name, _)| name.clone());
+        self.next_start = next_start;
+        match chosen {
+            Some(name) => Ok(name),
+            None => Err(self.fit_error(&c, Vec::new())),
         }
+    }
+
+    /// The weighted total score of each feasible node.
+    fn scores(
+        &self,
+        c: &Candidate,
+        incoming: &Incoming,
+        feasible: &[(&String, &Node, Option<&NodeUsage>)],
+    ) -> Vec<i64> {
+        let mut total: Vec<i64> = feasible
+            .iter()
+            .map(|(_, node, usage)| self.resource_score(c, node, *usage))
+            .collect();
+        let mut add = |weight: i64, normalized: Vec<i64>| {
+            for (t, s) in total.iter_mut().zip(normalized) {
+                *t += weight * s;
+            }
+        };
+        // NodeAffinity (preferred terms), normalized to the best node.
+        let affinity: Vec<i64> = feasible
+            .iter()
+            .map(|(_, n, _)| preferred_affinity_score(c.pod, n))
+            .collect();
+        let max_affinity = affinity.iter().copied().max().unwrap_or(0);
+        if max_affinity > 0 {
+            add(2, affinity.iter().map(|a| a * 100 / max_affinity).collect());
+        }
+        // TaintToleration: fewer untolerated PreferNoSchedule taints is better.
+        let intolerable: Vec<i64> = feasible
+            .iter()
+            .map(|(_, n, _)| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_deref())
+                    .unwrap_or(&[])
+                    .iter()
+                    .filter(|t| t.effect == "PreferNoSchedule" && !tolerated(c.tolerations, t))
+                    .count() as i64
+            })
+            .collect();
+        let max_intolerable = intolerable.iter().copied().max().unwrap_or(0);
+        add(
+            3,
+            intolerable
+                .iter()
+                .map(|i| {
+                    if max_intolerable > 0 {
+                        100 - i * 100 / max_intolerable
+                    } else {
+                        100
+                    }
+                })
+                .collect(),
+        );
+        // ImageLocality.
+        if !self.images.is_empty() {
+            let all = self.nodes.len();
+            add(
+                1,
+                feasible
+                    .iter()
+                    .map(|(name, _, _)| self.images.score(c.pod, name, all))
+                    .collect(),
+            );
+        }
+        // InterPodAffinity (preferred terms, both directions).
+        if let Some(state) = interpod::ScoreState::new(self, incoming) {
+            let raw: Vec<i64> = feasible.iter().map(|(_, n, _)| state.score(n)).collect();
+            add(2, interpod::normalize(&raw));
+        }
+        // PodTopologySpread (ScheduleAnyway and the system defaults).
+        let nodes: Vec<&Node> = feasible.iter().map(|(_, n, _)| *n).collect();
+        if let Some(state) = spread::ScoreState::new(self, c.pod, c.tolerations, &c.spread, &nodes)
+        {
+            let raw: Vec<Option<i64>> = feasible
+                .iter()
+                .map(|(name, n, _)| state.score(self, c.namespace, name, n))
+                .collect();
+            add(2, spread::normalize(&raw));
+        }
+        total
     }
 
     fn fit_error(&self, c: &Candidate, failures: Vec<(&String, NodeFailure)>) -> FitError {
@@ -1094,5 +1338,250 @@ mod tests {
             cache.find_node(&q, &mut rng()).expect_err("full").filter,
             vec![vec![REASON_TOO_MANY_PODS.to_string()]]
         );
+    }
+
+    fn zoned(name: &str, zone: Option<&str>) -> Node {
+        let mut labels = json!({"kubernetes.io/hostname": name});
+        if let Some(z) = zone {
+            labels["topology.kubernetes.io/zone"] = json!(z);
+        }
+        node(json!({"metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}}}))
+    }
+
+    fn labeled(name: &str, ns: &str, labels: serde_json::Value, extra: serde_json::Value) -> Pod {
+        let mut spec = json!({"containers": [{"name": "c", "image": "pause"}]});
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
+        pod(
+            json!({"metadata": {"name": name, "namespace": ns, "uid": name, "labels": labels},
+            "spec": spec}),
+        )
+    }
+
+    fn place(cache: &mut Cache, p: &Pod) -> Result<String, FitError> {
+        let node = cache.find_node(p, &mut rng())?;
+        cache.add_pod(&pod_key(p), PodInfo::new(p, &node, true));
+        Ok(node)
+    }
+
+    #[test]
+    fn topology_spread_filter_honours_skew_min_domains_and_policies() {
+        let mut cache = Cache::default();
+        for (n, z) in [("a1", "a"), ("a2", "a"), ("b1", "b")] {
+            cache.set_node(zoned(n, Some(z)));
+        }
+        let spread = |min_domains: Option<i32>| {
+            let mut c = json!({"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "w"}}});
+            if let Some(m) = min_domains {
+                c["minDomains"] = json!(m);
+            }
+            json!({"topologySpreadConstraints": [c]})
+        };
+        let mut zones = BTreeMap::new();
+        for i in 0..4 {
+            let p = labeled(
+                &format!("w{i}"),
+                "default",
+                json!({"app": "w"}),
+                spread(None),
+            );
+            let node = place(&mut cache, &p).expect("fits");
+            *zones.entry(node.starts_with('a')).or_insert(0) += 1;
+        }
+        assert_eq!(zones, BTreeMap::from([(false, 2), (true, 2)]));
+        // Pods of another namespace or selector do not count.
+        let other = labeled(
+            "x",
+            "other",
+            json!({"app": "w"}),
+            json!({"nodeSelector": {"kubernetes.io/hostname": "b1"}}),
+        );
+        place(&mut cache, &other).expect("fits");
+        // minDomains 3 with 2 zones: the global minimum is 0, so skew = 2 + 1 > 1.
+        let p = labeled("m", "default", json!({"app": "w"}), spread(Some(3)));
+        let err = cache.find_node(&p, &mut rng()).expect_err("minDomains");
+        assert_eq!(err.filter, vec![vec![spread::REASON_SPREAD.to_string()]; 3]);
+        // A node without the key is unresolvable.
+        cache.set_node(zoned("nz", None));
+        let err = cache.find_node(&p, &mut rng()).expect_err("still");
+        assert!(
+            err.to_string().contains(
+                "1 node(s) didn't match pod topology spread constraints (missing required label)"
+            ),
+            "{err}"
+        );
+        // nodeAffinityPolicy Honor (default): a zone the pod cannot go to is no domain.
+        let pinned = labeled(
+            "p",
+            "default",
+            json!({"app": "w"}),
+            json!({
+            "nodeSelector": {"topology.kubernetes.io/zone": "a"},
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "w"}}}]}),
+        );
+        assert!(cache.find_node(&pinned, &mut rng()).is_ok());
+        let ignoring = labeled(
+            "q",
+            "default",
+            json!({"app": "w"}),
+            json!({
+            "nodeSelector": {"topology.kubernetes.io/zone": "a"},
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule", "nodeAffinityPolicy": "Ignore",
+                "labelSelector": {"matchLabels": {"app": "w"}}}]}),
+        );
+        // Zones a=2, b=2: a would become 3 - 2 = 1 ≤ 1, so it still fits...
+        assert!(cache.find_node(&ignoring, &mut rng()).is_ok());
+        // ...but not once zone a leads.
+        let extra = labeled(
+            "w9",
+            "default",
+            json!({"app": "w"}),
+            json!({"nodeSelector": {"kubernetes.io/hostname": "a1"}}),
+        );
+        place(&mut cache, &extra).expect("fits");
+        assert!(cache.find_node(&ignoring, &mut rng()).is_err());
+        assert!(
+            cache.find_node(&pinned, &mut rng()).is_ok(),
+            "only zone a counts"
+        );
+    }
+
+    #[test]
+    fn inter_pod_affinity_filters_in_kubes_order() {
+        let mut cache = Cache::default();
+        for n in ["n1", "n2"] {
+            cache.set_node(zoned(n, Some("z")));
+        }
+        cache.set_namespace(
+            "prod",
+            BTreeMap::from([("env".to_string(), "prod".to_string())]),
+        );
+        let anti_ns = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname",
+            "namespaceSelector": {"matchLabels": {"env": "prod"}}}]}}});
+        // A guard pod on n1 that repels app=db pods of prod namespaces.
+        let guard = labeled(
+            "guard",
+            "default",
+            json!({"app": "guard"}),
+            json!({"nodeSelector": {"kubernetes.io/hostname": "n1"}, "affinity": anti_ns["affinity"].clone()}),
+        );
+        place(&mut cache, &guard).expect("fits");
+        for i in 0..3 {
+            let db = labeled(&format!("db{i}"), "prod", json!({"app": "db"}), json!({}));
+            assert_eq!(
+                place(&mut cache, &db).expect("fits"),
+                "n2",
+                "repelled by guard"
+            );
+        }
+        // In a namespace the selector does not match, n1 is fine.
+        let dev = labeled(
+            "dev",
+            "dev",
+            json!({"app": "db"}),
+            json!({"nodeSelector": {"kubernetes.io/hostname": "n1"}}),
+        );
+        assert_eq!(place(&mut cache, &dev).expect("fits"), "n1");
+        let pinned = labeled(
+            "db9",
+            "prod",
+            json!({"app": "db"}),
+            json!({"nodeSelector": {"kubernetes.io/hostname": "n1"}}),
+        );
+        let err = cache.find_node(&pinned, &mut rng()).expect_err("guarded");
+        assert!(
+            err.to_string()
+                .contains("1 node(s) didn't satisfy existing pods anti-affinity rules"),
+            "{err}"
+        );
+        // Zone-level affinity to app=guard: both nodes share zone z.
+        let follow = labeled(
+            "f",
+            "default",
+            json!({}),
+            json!({"affinity": {"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"app": "guard"}}, "topologyKey": "topology.kubernetes.io/zone"}]}}}),
+        );
+        assert!(cache.find_node(&follow, &mut rng()).is_ok());
+        // A self-affine first pod may go anywhere.
+        let first = labeled(
+            "s",
+            "default",
+            json!({"app": "self"}),
+            json!({"affinity": {"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"app": "self"}}, "topologyKey": "kubernetes.io/hostname"}]}}}),
+        );
+        assert!(cache.find_node(&first, &mut rng()).is_ok());
+    }
+
+    #[test]
+    fn preferred_anti_affinity_and_system_default_spread_score() {
+        let mut cache = Cache::default();
+        for n in ["n1", "n2", "n3"] {
+            cache.set_node(zoned(n, Some("z")));
+        }
+        let web = labeled(
+            "web",
+            "default",
+            json!({"app": "web"}),
+            json!({"nodeSelector": {"kubernetes.io/hostname": "n1"}}),
+        );
+        place(&mut cache, &web).expect("fits");
+        let avoid = labeled(
+            "a",
+            "default",
+            json!({}),
+            json!({"affinity": {"podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+                "labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}}]}}}),
+        );
+        for _ in 0..20 {
+            assert_ne!(cache.find_node(&avoid, &mut rng()).expect("fits"), "n1");
+        }
+        // Pods of one ReplicaSet spread over hostnames by the system defaults even
+        // when a node has much more room.
+        let owned = |i: usize| {
+            let mut p = labeled(
+                &format!("rs-{i}"),
+                "default",
+                json!({"app": "rs"}),
+                json!({}),
+            );
+            p.metadata.owner_references = Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    api_version: "apps/v1".into(),
+                    kind: "ReplicaSet".into(),
+                    name: "rs".into(),
+                    uid: "rs-uid".into(),
+                    controller: Some(true),
+                    ..Default::default()
+                },
+            ]);
+            p
+        };
+        let mut per_node = BTreeMap::new();
+        for i in 0..6 {
+            *per_node
+                .entry(place(&mut cache, &owned(i)).expect("fits"))
+                .or_insert(0) += 1;
+        }
+        assert_eq!(per_node.values().copied().max(), Some(2), "{per_node:?}");
+    }
+
+    #[test]
+    fn partial_search_sizes_match_kube() {
+        assert_eq!(feasible_nodes_to_find(50), 50);
+        assert_eq!(feasible_nodes_to_find(100), 100);
+        assert_eq!(feasible_nodes_to_find(1000), 420);
+        assert_eq!(feasible_nodes_to_find(5000), 500);
+        assert_eq!(feasible_nodes_to_find(200), 100);
     }
 }

@@ -14,8 +14,12 @@
 //! watches, the queue and the API writes.
 
 pub mod framework;
+pub mod image_locality;
+pub mod inter_pod_affinity;
+pub mod labels;
 pub mod leader;
 pub mod quantity;
+pub mod topology_spread;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
@@ -25,9 +29,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, Semaphore, watch};
@@ -125,6 +129,10 @@ struct Queue {
     backoff: HashMap<String, Instant>,
     backoff_heap: BinaryHeap<Reverse<(Instant, String)>>,
     unschedulable: HashMap<String, Instant>,
+    /// Parked pods that a newly bound pod may help (they failed on required pod
+    /// affinity or topology spread); other parked pods only wake on node changes or
+    /// pods going away.
+    wake_on_pod_add: HashSet<String>,
     attempts: HashMap<String, Attempts>,
 }
 
@@ -133,6 +141,7 @@ impl Queue {
     fn activate(&mut self, key: &str) {
         self.backoff.remove(key);
         self.unschedulable.remove(key);
+        self.wake_on_pod_add.remove(key);
         if self.in_active.insert(key.to_string()) {
             self.active.push_back(key.to_string());
         }
@@ -142,6 +151,7 @@ impl Queue {
     fn forget(&mut self, key: &str) {
         self.backoff.remove(key);
         self.unschedulable.remove(key);
+        self.wake_on_pod_add.remove(key);
         self.attempts.remove(key);
         // `active` entries of forgotten pods are skipped when popped.
     }
@@ -176,11 +186,24 @@ impl Queue {
         self.push_backoff(key, until);
     }
 
-    /// No node fits: park the pod until the cluster changes.
-    fn park_unschedulable(&mut self, key: &str) {
+    /// No node fits: park the pod until the cluster changes. `wake_on_pod_add`: a
+    /// pod being bound somewhere may make it fit.
+    fn park_unschedulable(&mut self, key: &str, wake_on_pod_add: bool) {
         self.record_attempt(key);
         self.backoff.remove(key);
         self.unschedulable.insert(key.to_string(), Instant::now());
+        if wake_on_pod_add {
+            self.wake_on_pod_add.insert(key.to_string());
+        }
+    }
+
+    /// A pod was bound: parked pods waiting for pods to appear get another try.
+    fn move_on_pod_add(&mut self, initial: Duration, max: Duration) {
+        if self.wake_on_pod_add.is_empty() {
+            return;
+        }
+        let keys: Vec<String> = self.wake_on_pod_add.drain().collect();
+        self.requeue(keys, initial, max);
     }
 
     /// A cluster change that may make parked pods fit: each goes to the back-off
@@ -204,7 +227,10 @@ impl Queue {
     fn requeue(&mut self, keys: Vec<String>, initial: Duration, max: Duration) {
         let now = Instant::now();
         for key in keys {
-            self.unschedulable.remove(&key);
+            if self.unschedulable.remove(&key).is_none() {
+                continue;
+            }
+            self.wake_on_pod_add.remove(&key);
             let until = self
                 .attempts
                 .get(&key)
@@ -314,6 +340,7 @@ pub async fn run_with(client: kube::Client, config: Config) {
     tasks.spawn(watch_nodes(shared.clone()));
     tasks.spawn(watch_pending(shared.clone()));
     tasks.spawn(watch_assigned(shared.clone()));
+    tasks.spawn(watch_namespaces(shared.clone()));
     schedule_loop(shared, leader_rx).await;
     tasks.abort_all();
 }
@@ -380,7 +407,7 @@ fn apply_pending(st: &mut State, pod: Pod) {
         st.queue.forget(&key);
         return;
     }
-    let pod = Arc::new(pod);
+    let pod = Arc::new(slim_pending(pod));
     let retry = match st.pending.insert(key.clone(), pod.clone()) {
         // A changed spec or a new incarnation is a new scheduling problem; a status
         // update (our own PodScheduled condition) is not.
@@ -390,6 +417,49 @@ fn apply_pending(st: &mut State, pod: Pod) {
     if retry {
         st.queue.activate(&key);
     }
+}
+
+/// Drops what scheduling a pending pod never reads (managed fields, annotations,
+/// container commands, env, probes, volumes, status other than PodScheduled), so that
+/// thousands of pending pods cost the scheduler little memory.
+fn slim_pending(mut pod: Pod) -> Pod {
+    pod.metadata.managed_fields = None;
+    pod.metadata.annotations = None;
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.volumes = None;
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            c.command = None;
+            c.args = None;
+            c.env = None;
+            c.env_from = None;
+            c.volume_mounts = None;
+            c.volume_devices = None;
+            c.liveness_probe = None;
+            c.readiness_probe = None;
+            c.startup_probe = None;
+            c.lifecycle = None;
+            c.security_context = None;
+        }
+        spec.ephemeral_containers = None;
+    }
+    if let Some(status) = pod.status.take() {
+        let scheduled: Vec<_> = status
+            .conditions
+            .into_iter()
+            .flatten()
+            .filter(|c| c.type_ == "PodScheduled")
+            .collect();
+        pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: status.phase,
+            conditions: (!scheduled.is_empty()).then_some(scheduled),
+            ..Default::default()
+        });
+    }
+    pod
 }
 
 async fn watch_pending(shared: Arc<Shared>) {
@@ -455,6 +525,7 @@ async fn watch_assigned(shared: Arc<Shared>) {
         };
         let mut st = shared.lock();
         let mut freed = false;
+        let mut woke = false;
         match event {
             Event::Init => st.relist_assigned = Some(HashSet::new()),
             Event::InitApply(pod) | Event::Apply(pod) => {
@@ -471,7 +542,14 @@ async fn watch_assigned(shared: Arc<Shared>) {
                 {
                     freed |= st.cache.remove_pod(&key);
                 } else {
+                    let newly_bound = st.cache.assigned(&key).is_none_or(|p| !p.confirmed);
                     st.cache.add_pod(&key, PodInfo::new(&pod, &node, true));
+                    if newly_bound {
+                        let cfg = &shared.config;
+                        st.queue
+                            .move_on_pod_add(cfg.initial_backoff, cfg.max_backoff);
+                        woke = true;
+                    }
                 }
             }
             Event::Delete(pod) => {
@@ -497,6 +575,67 @@ async fn watch_assigned(shared: Arc<Shared>) {
             }
         }
         if freed {
+            let cfg = &shared.config;
+            st.queue
+                .move_unschedulable(cfg.initial_backoff, cfg.max_backoff);
+            woke = true;
+        }
+        drop(st);
+        if woke {
+            shared.wake.notify_one();
+        }
+    }
+}
+
+/// Namespace labels, for pod affinity terms with a `namespaceSelector`.
+async fn watch_namespaces(shared: Arc<Shared>) {
+    let api: Api<PartialObjectMeta<Namespace>> = Api::all(shared.client.clone());
+    let mut stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut relist: Option<HashSet<String>> = None;
+    while let Some(event) = stream.next().await {
+        let event = match event {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "namespace watch failed; retrying");
+                continue;
+            }
+        };
+        let mut st = shared.lock();
+        let mut changed = false;
+        match event {
+            Event::Init => relist = Some(HashSet::new()),
+            Event::InitApply(ns) | Event::Apply(ns) => {
+                let name = ns.metadata.name.clone().unwrap_or_default();
+                if let Some(seen) = relist.as_mut() {
+                    seen.insert(name.clone());
+                }
+                changed |= st
+                    .cache
+                    .set_namespace(&name, ns.metadata.labels.clone().unwrap_or_default());
+            }
+            Event::Delete(ns) => {
+                st.cache
+                    .remove_namespace(ns.metadata.name.as_deref().unwrap_or_default());
+            }
+            Event::InitDone => {
+                if let Some(seen) = relist.take() {
+                    let gone: Vec<String> = st
+                        .cache
+                        .namespace_labels
+                        .keys()
+                        .filter(|n| !seen.contains(*n))
+                        .cloned()
+                        .collect();
+                    for n in gone {
+                        st.cache.remove_namespace(&n);
+                    }
+                }
+                changed = true;
+            }
+        }
+        if changed {
             let cfg = &shared.config;
             st.queue
                 .move_unschedulable(cfg.initial_backoff, cfg.max_backoff);
@@ -574,7 +713,9 @@ async fn schedule_one(shared: &Arc<Shared>, binds: &Arc<Semaphore>, key: &str, r
         let result = st.cache.find_node(&pod, &mut || rng.next());
         match &result {
             Ok(node) => st.cache.add_pod(key, PodInfo::new(&pod, node, false)),
-            Err(_) => st.queue.park_unschedulable(key),
+            Err(fit) => st
+                .queue
+                .park_unschedulable(key, fit.may_fit_after_pod_add()),
         }
         (pod, result)
     };
@@ -732,7 +873,7 @@ mod queue_tests {
         let mut q = Queue::default();
         q.activate("a");
         assert_eq!(q.next_ready().as_deref(), Some("a"));
-        q.park_unschedulable("a");
+        q.park_unschedulable("a", false);
         std::thread::sleep(MAX * 2);
         // No timer brings it back: only a cluster change (or the 5-minute sweep).
         assert_eq!(q.next_ready(), None);
@@ -746,8 +887,8 @@ mod queue_tests {
         let mut q = Queue::default();
         q.activate("a");
         q.next_ready();
-        q.park_unschedulable("a");
-        q.park_unschedulable("a"); // second failure: back-off 80 ms
+        q.park_unschedulable("a", false);
+        q.park_unschedulable("a", false); // second failure: back-off 80 ms
         q.move_unschedulable(INITIAL, MAX);
         assert_eq!(q.next_ready(), None, "still backing off");
         assert!(q.next_deadline().is_some());
