@@ -16,6 +16,7 @@ pub mod handlers;
 pub mod managed_fields;
 pub mod master_endpoints;
 pub mod metrics;
+pub mod node_join;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
@@ -75,6 +76,9 @@ pub struct ApiServerConfig {
     pub advertise: SocketAddr,
     /// Snapshot settings; `None` leaves the snapshot endpoints unavailable.
     pub snapshots: Option<snapshots::SnapshotSettings>,
+    /// Signs joining nodes' kubelet certificates; `None` leaves the join endpoints
+    /// (`/cacerts`, `/v1-k3rs/…`) answering 404.
+    pub node_signer: Option<Arc<crate::pki::NodeSigner>>,
 }
 
 /// Shared state of every request.
@@ -233,6 +237,19 @@ async fn dispatch(
 ) -> Response {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
+    if node_join::handles(parts.uri.path()) {
+        let response = node_join::serve(
+            &state,
+            state.config.node_signer.as_deref(),
+            cert_identity.as_ref(),
+            &parts.method,
+            parts.uri.path(),
+            &parts.headers,
+        )
+        .await;
+        tracing::debug!(path = %parts.uri.path(), code = response.status().as_u16(), "join request");
+        return response;
+    }
     let identity = cert_identity
         .or_else(|| {
             parts
