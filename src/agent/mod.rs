@@ -10,7 +10,11 @@
 //! Owns `<data-dir>/agent/` except what the kubelet keeps there. It is an API client only:
 //! it may not touch `store` or `apiserver` internals.
 
+pub mod containerd;
+pub mod cri;
+pub mod images;
 pub mod join;
+pub mod pause;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -163,30 +167,36 @@ pub async fn node_client(credentials: &NodeCredentials) -> anyhow::Result<kube::
     kube::Client::try_from(config).context("building the node's API client")
 }
 
-/// The CRI socket to use. With `--container-runtime-endpoint` it must exist; without one the
-/// supervised containerd (the `runtime` component) provides it.
+/// Starts (or connects to) the container runtime. With `--container-runtime-endpoint` the
+/// socket must exist; without one the agent supervises its own containerd.
 async fn container_runtime(
     options: &AgentOptions,
     notifier: &Notifier,
-) -> anyhow::Result<Option<PathBuf>> {
+) -> anyhow::Result<containerd::Runtime> {
     notifier.status("Starting the container runtime");
-    if let Some(endpoint) = &options.node.container_runtime_endpoint {
-        if !endpoint.exists() {
-            anyhow::bail!(
-                "--container-runtime-endpoint {} does not exist: start that runtime, or leave \
-                 the flag out to let k3rs run containerd",
-                endpoint.display()
-            );
-        }
-        return Ok(Some(endpoint.clone()));
+    if let Some(endpoint) = &options.node.container_runtime_endpoint
+        && !endpoint.exists()
+    {
+        anyhow::bail!(
+            "--container-runtime-endpoint {} does not exist: start that runtime, or leave \
+             the flag out to let k3rs run containerd",
+            endpoint.display()
+        );
     }
-    // Integration point for the supervised containerd (`agent::containerd::start`, branch
-    // `runtime`): until it is merged this build cannot run containerd itself.
-    tracing::warn!(
-        "this build has no containerd supervisor yet; pass --container-runtime-endpoint to use a \
-         running containerd"
-    );
-    Ok(None)
+    let runtime_options = containerd::RuntimeOptions {
+        data_dir: options.data_dir.clone(),
+        run_dir: options.run_dir.clone(),
+        pause_image: options.node.pause_image.clone(),
+        private_registry: options.node.private_registry.clone(),
+        external_endpoint: options
+            .node
+            .container_runtime_endpoint
+            .as_ref()
+            .map(|p| p.display().to_string()),
+    };
+    containerd::start(runtime_options)
+        .await
+        .context("starting the container runtime")
 }
 
 /// Runs the agent until it fails or SIGTERM/SIGINT (the caller handles signals by dropping
@@ -200,27 +210,31 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
         "node credentials ready"
     );
     let client = node_client(&credentials).await?;
-    let cri_endpoint = container_runtime(&options, &notifier).await?;
+    let runtime = container_runtime(&options, &notifier).await?;
+    let cri_endpoint = runtime.cri_endpoint().to_path_buf();
+    tracing::info!(cri = %cri_endpoint.display(), "container runtime ready");
+    let cni_conf_dir = containerd::Paths::new(&containerd::RuntimeOptions {
+        data_dir: options.data_dir.clone(),
+        run_dir: options.run_dir.clone(),
+        pause_image: options.node.pause_image.clone(),
+        private_registry: options.node.private_registry.clone(),
+        external_endpoint: None,
+    })
+    .cni_conf_dir;
     let (registered_tx, mut registered_rx) = tokio::sync::watch::channel(false);
     // Integration point for `kubelet::run` and `kubelet::server::serve` (branches `kubelet`
     // and `stream`): they take `client`, `cri_endpoint`, the labels/taints and the serving
     // certificate. Until they are merged the Node is not registered by this agent.
-    if let Some(endpoint) = &cri_endpoint {
-        tracing::warn!(
-            cri = %endpoint.display(),
-            "this build has no kubelet yet; the node will not register itself"
-        );
-    }
+    tracing::warn!(
+        cri = %cri_endpoint.display(),
+        "this build has no kubelet yet; the node will not register itself"
+    );
     notifier.status("Waiting for the Node to be registered");
     let watch = tokio::spawn(watch_own_node(
         client.clone(),
         options.node_name.clone(),
         registered_tx,
-        Arc::new(|cidrs: &[String]| {
-            // Integration point for `network::cni::write_conflist` (branch `runtime`).
-            tracing::info!(?cidrs, "the node's pod CIDRs are set");
-            Ok(false)
-        }),
+        Arc::new(move |cidrs: &[String]| crate::network::cni::write_conflist(&cni_conf_dir, cidrs)),
     ));
     let ready_notifier = notifier.clone();
     let node_name = options.node_name.clone();
@@ -230,7 +244,10 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
             ready_notifier.ready("k3rs agent is running");
         }
     });
-    watch.await.context("the node watch task")?
+    let result = watch.await.context("the node watch task")?;
+    // Dropping the runtime leaves containerd (and the pods) running, as k3s does.
+    drop(runtime);
+    result
 }
 
 /// What to do when the Node's pod CIDRs appear or change: `Ok(true)` if something changed.

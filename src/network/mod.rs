@@ -3,3 +3,5 @@
 //!
 //! Writes files under the agent's data dir and routes/devices on the host; it may not touch
 //! `store` or `apiserver` internals.
+
+pub mod cni;

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod images;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
