@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 use k3rs::cli::{
-    self, Cli, Command, check_config, config, etcd_snapshot, kubectl, logging, server, units,
+    self, Cli, Command, agent, check_config, config, etcd_snapshot, kubectl, logging, server, units,
 };
 
 fn main() -> ExitCode {
@@ -49,6 +49,20 @@ fn main() -> ExitCode {
             let result =
                 server::prepare(&config).and_then(|prepared| server::run(config, prepared));
             exit_with(result)
+        }
+        Some(Command::Agent(args)) => {
+            let config = match agent::load(&args, cli.debug) {
+                Ok(config) => config,
+                Err(e) => {
+                    logging::print_fatal(&e);
+                    return ExitCode::from(2);
+                }
+            };
+            if let Err(e) = logging::init(config.debug) {
+                logging::print_fatal(&format!("{e:#}"));
+                return ExitCode::from(2);
+            }
+            exit_with(agent::run(config))
         }
         Some(Command::Kubectl(args)) => exit_with(kubectl::exec(&args.args)),
         Some(Command::EtcdSnapshot(args)) => {

@@ -2,10 +2,300 @@
 //! (CA pinning from the `K10…` token, node certificates), supervising containerd, importing
 //! air-gap images, and starting the node components (kubelet, proxy, network, dns).
 //!
+//! [`run`] is the orchestrator: 1. credentials (the join protocol in [`join`], or the embedded
+//! server's own certificates), 2. the container runtime, 3. the kubelet and its API server,
+//! 4. a watch on its own Node that rewrites the CNI conflist when `spec.podCIDRs` is set.
+//! Progress goes to systemd (`STATUS=`; `READY=1` once the Node is registered).
+//!
 //! Owns `<data-dir>/agent/` except what the kubelet keeps there. It is an API client only:
 //! it may not touch `store` or `apiserver` internals.
 
 pub mod containerd;
 pub mod cri;
 pub mod images;
+pub mod join;
 pub mod pause;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+
+use crate::cli::node_config::NodeConfig;
+use crate::cli::notify::Notifier;
+use crate::pki;
+
+pub use join::{JoinError, JoinOptions, NodeCredentials};
+
+/// Default run directory (containerd's socket and state live under it).
+pub const DEFAULT_RUN_DIR: &str = "/run/k3rs";
+/// Default root of the pod log tree.
+pub const DEFAULT_POD_LOG_DIR: &str = "/var/log/pods";
+/// The label k3s puts on server nodes (and its older twin).
+pub const CONTROL_PLANE_LABELS: [&str; 2] = [
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+];
+
+/// How the agent gets its credentials.
+#[derive(Debug, Clone)]
+pub enum Credentials {
+    /// `k3rs agent`: the join protocol against `server` with `token`.
+    Join {
+        server: String,
+        token: crate::cli::Token,
+    },
+    /// `k3rs server`'s embedded agent: the certificates the server issued itself.
+    Embedded(Box<NodeCredentials>),
+}
+
+/// Everything [`run`] needs.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// `--node-name`.
+    pub node_name: String,
+    /// `<data-dir>`.
+    pub data_dir: PathBuf,
+    /// Run directory (`/run/k3rs`; `K3RS_RUN_DIR` so tests can run several agents).
+    pub run_dir: PathBuf,
+    /// Root of the pod log tree (`/var/log/pods`; `K3RS_POD_LOG_DIR` for tests).
+    pub pod_log_dir: PathBuf,
+    /// The node flags.
+    pub node: NodeConfig,
+    /// Where the credentials come from.
+    pub credentials: Credentials,
+    /// Whether this node runs the control plane (adds the control-plane labels).
+    pub control_plane: bool,
+    /// The cluster DNS Service IP handed to pods.
+    pub cluster_dns: Vec<IpAddr>,
+    /// The cluster domain.
+    pub cluster_domain: String,
+}
+
+impl AgentOptions {
+    /// The Node's labels: `--node-label` plus, on servers, the control-plane role labels.
+    pub fn node_labels(&self) -> BTreeMap<String, String> {
+        let mut labels = self.node.labels.clone();
+        if self.control_plane {
+            for label in CONTROL_PLANE_LABELS {
+                labels.insert(label.to_string(), "true".to_string());
+            }
+        }
+        labels
+    }
+}
+
+/// The resolv.conf handed to pods: `--resolv-conf`, else systemd-resolved's upstream file
+/// when `/etc/resolv.conf` only names the local stub (127.0.0.53), else `/etc/resolv.conf`
+/// (as the kubelet in k3s does).
+pub fn resolv_conf(explicit: Option<&Path>) -> PathBuf {
+    if let Some(path) = explicit {
+        return path.to_path_buf();
+    }
+    let etc = PathBuf::from("/etc/resolv.conf");
+    let upstream = PathBuf::from("/run/systemd/resolve/resolv.conf");
+    let only_stub = std::fs::read_to_string(&etc).is_ok_and(|text| {
+        let servers: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("nameserver"))
+            .map(str::trim)
+            .collect();
+        !servers.is_empty() && servers.iter().all(|s| s.starts_with("127."))
+    });
+    if only_stub && upstream.is_file() {
+        upstream
+    } else {
+        etc
+    }
+}
+
+/// Obtains the credentials, retrying while the server is unreachable; refusals (wrong CA
+/// hash, bad token, node password) end the agent.
+async fn credentials(
+    options: &AgentOptions,
+    notifier: &Notifier,
+) -> anyhow::Result<NodeCredentials> {
+    let (server, token) = match &options.credentials {
+        Credentials::Embedded(credentials) => {
+            return join::store_credentials((**credentials).clone())
+                .context("storing the embedded agent's credentials");
+        }
+        Credentials::Join { server, token } => (server, token),
+    };
+    let join_options = JoinOptions {
+        server: server.clone(),
+        token: token.clone(),
+        node_name: options.node_name.clone(),
+        node_ips: options.node.node_ips.clone(),
+        data_dir: options.data_dir.clone(),
+    };
+    let mut delay = Duration::from_secs(1);
+    loop {
+        notifier.status(&format!("Joining the cluster at {server}"));
+        match join::join(&join_options).await {
+            Ok(credentials) => return Ok(credentials),
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, retry_in = ?delay, "waiting for the server");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+            Err(e) => return Err(e).context("joining the cluster"),
+        }
+    }
+}
+
+/// A kube client authenticated as the node (`system:node:<name>`).
+pub async fn node_client(credentials: &NodeCredentials) -> anyhow::Result<kube::Client> {
+    let yaml = pki::render_kubeconfig(
+        &credentials.server,
+        &credentials.server_ca_pem,
+        &credentials.client,
+    )?;
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(&yaml).context("parsing the node kubeconfig")?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .context("loading the node kubeconfig")?;
+    kube::Client::try_from(config).context("building the node's API client")
+}
+
+/// Starts (or connects to) the container runtime. With `--container-runtime-endpoint` the
+/// socket must exist; without one the agent supervises its own containerd.
+async fn container_runtime(
+    options: &AgentOptions,
+    notifier: &Notifier,
+) -> anyhow::Result<containerd::Runtime> {
+    notifier.status("Starting the container runtime");
+    if let Some(endpoint) = &options.node.container_runtime_endpoint
+        && !endpoint.exists()
+    {
+        anyhow::bail!(
+            "--container-runtime-endpoint {} does not exist: start that runtime, or leave \
+             the flag out to let k3rs run containerd",
+            endpoint.display()
+        );
+    }
+    let runtime_options = containerd::RuntimeOptions {
+        data_dir: options.data_dir.clone(),
+        run_dir: options.run_dir.clone(),
+        pause_image: options.node.pause_image.clone(),
+        private_registry: options.node.private_registry.clone(),
+        external_endpoint: options
+            .node
+            .container_runtime_endpoint
+            .as_ref()
+            .map(|p| p.display().to_string()),
+    };
+    containerd::start(runtime_options)
+        .await
+        .context("starting the container runtime")
+}
+
+/// Runs the agent until it fails or SIGTERM/SIGINT (the caller handles signals by dropping
+/// the future).
+pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Result<()> {
+    let credentials = credentials(&options, &notifier).await?;
+    tracing::info!(
+        node = %options.node_name,
+        server = %credentials.server,
+        kubeconfig = %credentials.kubeconfig.display(),
+        "node credentials ready"
+    );
+    let client = node_client(&credentials).await?;
+    let runtime = container_runtime(&options, &notifier).await?;
+    let cri_endpoint = runtime.cri_endpoint().to_path_buf();
+    tracing::info!(cri = %cri_endpoint.display(), "container runtime ready");
+    let cni_conf_dir = containerd::Paths::new(&containerd::RuntimeOptions {
+        data_dir: options.data_dir.clone(),
+        run_dir: options.run_dir.clone(),
+        pause_image: options.node.pause_image.clone(),
+        private_registry: options.node.private_registry.clone(),
+        external_endpoint: None,
+    })
+    .cni_conf_dir;
+    let (registered_tx, mut registered_rx) = tokio::sync::watch::channel(false);
+    // Integration point for `kubelet::run` and `kubelet::server::serve` (branches `kubelet`
+    // and `stream`): they take `client`, `cri_endpoint`, the labels/taints and the serving
+    // certificate. Until they are merged the Node is not registered by this agent.
+    tracing::warn!(
+        cri = %cri_endpoint.display(),
+        "this build has no kubelet yet; the node will not register itself"
+    );
+    notifier.status("Waiting for the Node to be registered");
+    let watch = tokio::spawn(watch_own_node(
+        client.clone(),
+        options.node_name.clone(),
+        registered_tx,
+        Arc::new(move |cidrs: &[String]| crate::network::cni::write_conflist(&cni_conf_dir, cidrs)),
+    ));
+    let ready_notifier = notifier.clone();
+    let node_name = options.node_name.clone();
+    tokio::spawn(async move {
+        if registered_rx.wait_for(|r| *r).await.is_ok() {
+            tracing::info!(node = %node_name, "node registered");
+            ready_notifier.ready("k3rs agent is running");
+        }
+    });
+    let result = watch.await.context("the node watch task")?;
+    // Dropping the runtime leaves containerd (and the pods) running, as k3s does.
+    drop(runtime);
+    result
+}
+
+/// What to do when the Node's pod CIDRs appear or change: `Ok(true)` if something changed.
+pub type PodCidrHandler = Arc<dyn Fn(&[String]) -> anyhow::Result<bool> + Send + Sync>;
+
+/// Watches the Node named `node_name`: sets `registered` once it exists and calls
+/// `on_pod_cidrs` whenever `spec.podCIDRs` (or `spec.podCIDR`) is set or changes. Runs until
+/// the watch stream ends, re-establishing it on errors.
+pub async fn watch_own_node(
+    client: kube::Client,
+    node_name: String,
+    registered: tokio::sync::watch::Sender<bool>,
+    on_pod_cidrs: PodCidrHandler,
+) -> anyhow::Result<()> {
+    use kube::runtime::{WatchStreamExt, watcher};
+    let nodes: kube::Api<Node> = kube::Api::all(client);
+    let config = watcher::Config::default().fields(&format!("metadata.name={node_name}"));
+    let mut stream = watcher(nodes, config)
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    let mut last: Option<Vec<String>> = None;
+    while let Some(event) = stream.next().await {
+        let node = match event {
+            Ok(node) => node,
+            Err(e) => {
+                tracing::debug!(error = %e, "node watch error (retrying)");
+                continue;
+            }
+        };
+        registered.send_replace(true);
+        let spec = node.spec.unwrap_or_default();
+        let cidrs = match spec.pod_cidrs {
+            Some(cidrs) if !cidrs.is_empty() => cidrs,
+            _ => spec.pod_cidr.into_iter().collect(),
+        };
+        if cidrs.is_empty() || last.as_ref() == Some(&cidrs) {
+            continue;
+        }
+        match on_pod_cidrs(&cidrs) {
+            Ok(changed) => {
+                tracing::info!(?cidrs, changed, "applied the node's pod CIDRs");
+                last = Some(cidrs);
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "cannot apply the node's pod CIDRs")
+            }
+        }
+    }
+    Ok(())
+}

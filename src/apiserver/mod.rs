@@ -17,6 +17,7 @@ pub mod managed_fields;
 pub mod master_endpoints;
 pub mod metrics;
 pub mod node_proxy;
+pub mod node_join;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
@@ -79,6 +80,9 @@ pub struct ApiServerConfig {
     /// Credentials for `pods/log|exec|attach|portforward` towards kubelets; `None` answers
     /// those with 503.
     pub kubelet_client: Option<node_proxy::KubeletClientConfig>,
+    /// Signs joining nodes' kubelet certificates; `None` leaves the join endpoints
+    /// (`/cacerts`, `/v1-k3rs/…`) answering 404.
+    pub node_signer: Option<Arc<crate::pki::NodeSigner>>,
 }
 
 /// Shared state of every request.
@@ -246,6 +250,19 @@ async fn dispatch(
 ) -> Response {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
+    if node_join::handles(parts.uri.path()) {
+        let response = node_join::serve(
+            &state,
+            state.config.node_signer.as_deref(),
+            cert_identity.as_ref(),
+            &parts.method,
+            parts.uri.path(),
+            &parts.headers,
+        )
+        .await;
+        tracing::debug!(path = %parts.uri.path(), code = response.status().as_u16(), "join request");
+        return response;
+    }
     let identity = cert_identity
         .or_else(|| {
             parts

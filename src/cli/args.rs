@@ -44,6 +44,8 @@ pub struct Cli {
 pub enum Command {
     /// Run management server
     Server(Box<ServerArgs>),
+    /// Run node agent
+    Agent(Box<AgentArgs>),
     /// Run kubectl against this cluster (KUBECONFIG defaults to /etc/k3rs/k3rs.yaml)
     #[command(disable_help_flag = true)]
     Kubectl(KubectlArgs),
@@ -234,4 +236,141 @@ pub struct ServerArgs {
 
     #[command(flatten)]
     pub snapshots: super::snapshot_args::ServerSnapshotArgs,
+
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+/// Flags of `k3rs agent`, named as k3s names them (see [`ServerArgs`] for `None`).
+#[derive(Debug, Default, Args)]
+pub struct AgentArgs {
+    /// (config) Load configuration from FILE [default: /etc/k3rs/config.yaml]
+    #[arg(short = 'c', long, env = "K3RS_CONFIG_FILE", value_name = "FILE")]
+    pub config: Option<String>,
+
+    /// (cluster) Server to connect to, e.g. https://10.0.0.1:6443
+    #[arg(
+        short = 's',
+        long,
+        env = "K3RS_URL",
+        value_name = "URL",
+        help_heading = "Cluster"
+    )]
+    pub server: Option<String>,
+
+    /// (cluster) Token to use for authentication (the server's node-token)
+    #[arg(
+        short = 't',
+        long,
+        env = "K3RS_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN",
+        help_heading = "Cluster"
+    )]
+    pub token: Option<String>,
+
+    /// (cluster) Token file to use for authentication
+    #[arg(
+        long,
+        env = "K3RS_TOKEN_FILE",
+        value_name = "FILE",
+        help_heading = "Cluster"
+    )]
+    pub token_file: Option<String>,
+
+    /// (agent/data) Folder to hold state [default: /var/lib/k3rs]
+    #[arg(
+        short = 'd',
+        long,
+        env = "K3RS_DATA_DIR",
+        value_name = "DIR",
+        help_heading = "Data"
+    )]
+    pub data_dir: Option<String>,
+
+    /// (agent/node) Node name [default: the hostname]
+    #[arg(
+        long,
+        env = "K3RS_NODE_NAME",
+        value_name = "NAME",
+        help_heading = "Agent/node"
+    )]
+    pub node_name: Option<String>,
+
+    /// (logging) Turn on debug logs
+    #[arg(
+        long,
+        env = "K3RS_DEBUG",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+        value_name = "BOOL",
+        help_heading = "Logging"
+    )]
+    pub debug: Option<bool>,
+
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+/// The node flags shared by `k3rs agent` and `k3rs server` (for its embedded agent).
+#[derive(Debug, Default, Args)]
+pub struct NodeArgs {
+    /// (agent/networking) IPv4/IPv6 addresses to advertise for the node (repeatable, or
+    /// comma-separated) [default: the address that reaches the server]
+    #[arg(
+        long,
+        value_name = "IP",
+        value_delimiter = ',',
+        help_heading = "Agent/networking"
+    )]
+    pub node_ip: Vec<String>,
+
+    /// (agent/networking) IPv4/IPv6 external addresses to advertise for the node
+    #[arg(
+        long,
+        value_name = "IP",
+        value_delimiter = ',',
+        help_heading = "Agent/networking"
+    )]
+    pub node_external_ip: Vec<String>,
+
+    /// (agent/node) Registering the kubelet with a set of labels, key=value (repeatable)
+    #[arg(long, value_name = "KEY=VALUE", help_heading = "Agent/node")]
+    pub node_label: Vec<String>,
+
+    /// (agent/node) Registering the kubelet with a set of taints, key=value:Effect
+    /// (repeatable)
+    #[arg(long, value_name = "KEY=VALUE:EFFECT", help_heading = "Agent/node")]
+    pub node_taint: Vec<String>,
+
+    /// (agent/runtime) Use an existing container runtime's CRI socket instead of the
+    /// supervised containerd, e.g. unix:///run/containerd/containerd.sock
+    #[arg(long, value_name = "ENDPOINT", help_heading = "Agent/runtime")]
+    pub container_runtime_endpoint: Option<String>,
+
+    /// (agent/runtime) The pod sandbox (pause) image [default: k3rs.local/pause:3.10]
+    #[arg(long, value_name = "IMAGE", help_heading = "Agent/runtime")]
+    pub pause_image: Option<String>,
+
+    /// (agent/runtime) Private registry configuration file
+    /// [default: /etc/k3rs/registries.yaml]
+    #[arg(long, value_name = "FILE", help_heading = "Agent/runtime")]
+    pub private_registry: Option<String>,
+
+    /// (agent/networking) Kubelet resolv.conf file [default: /etc/resolv.conf, or
+    /// systemd-resolved's upstream file when /etc/resolv.conf points at 127.0.0.53]
+    #[arg(
+        long,
+        env = "K3RS_RESOLV_CONF",
+        value_name = "FILE",
+        help_heading = "Agent/networking"
+    )]
+    pub resolv_conf: Option<String>,
+
+    /// (agent/flags) Customized flag for the kubelet, as key=value (repeatable), e.g.
+    /// max-pods=200
+    #[arg(long, value_name = "KEY=VALUE", help_heading = "Agent/flags")]
+    pub kubelet_arg: Vec<String>,
 }

@@ -92,6 +92,8 @@ pub struct ServerConfig {
     pub debug: bool,
     /// Snapshot, S3 and `--cluster-reset` settings.
     pub snapshots: super::snapshot_config::SnapshotServerConfig,
+    /// The embedded agent's node settings (`--node-ip`, `--node-label`, …).
+    pub node: super::node_config::NodeConfig,
 }
 
 impl ServerConfig {
@@ -160,9 +162,16 @@ pub enum ConfigError {
         origin: Origin,
         reason: String,
     },
-    /// The config file has a key that is not a `k3rs server` flag.
-    #[error("unknown key {key:?} in config file {}: k3rs server has no --{key} flag", path.display())]
-    UnknownKey { key: String, path: PathBuf },
+    /// The config file has a key that is not a flag of the command (`k3rs server`, …).
+    #[error("unknown key {key:?} in config file {}: {command} has no --{key} flag", path.display())]
+    UnknownKey {
+        key: String,
+        path: PathBuf,
+        command: &'static str,
+    },
+    /// A required flag was given nowhere.
+    #[error("--{flag} is required: {hint}")]
+    Missing { flag: &'static str, hint: String },
     /// The config file is missing (when given explicitly), unreadable or not valid YAML.
     #[error("config file {}: {reason}", path.display())]
     ConfigFile { path: PathBuf, reason: String },
@@ -170,7 +179,7 @@ pub enum ConfigError {
 
 /// The kind of value a config key holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     One,
     Many,
     /// A list whose items are kept whole (no comma splitting): `key=value` arguments.
@@ -204,20 +213,23 @@ const KEYS: &[(&str, Kind)] = &[
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Raw {
+pub(super) enum Raw {
     One(String),
     Many(Vec<String>),
     Bool(bool),
 }
 
 #[derive(Debug, Clone)]
-struct Setting {
-    raw: Raw,
-    origin: Origin,
+pub(super) struct Setting {
+    pub(super) raw: Raw,
+    pub(super) origin: Origin,
 }
 
 /// Settings from one source, keyed by long flag name.
-type Layer = BTreeMap<&'static str, Setting>;
+pub(super) type Layer = BTreeMap<&'static str, Setting>;
+
+/// Finds a config key: its flag name (static) and kind.
+pub(super) type KeyLookup<'a> = &'a dyn Fn(&str) -> Option<(&'static str, Kind)>;
 
 /// Loads and validates the configuration of `k3rs server` from its parsed flags (which include
 /// the environment) and the config file. `debug` is the top-level `k3rs --debug` flag; the
@@ -239,21 +251,88 @@ fn load_with(
     hostname: &dyn Fn() -> io::Result<String>,
 ) -> Result<ServerConfig, ConfigError> {
     let cli = cli_layer(args, debug);
-    let (path, explicit) = match args.config.as_deref().filter(|s| !s.is_empty()) {
+    let (file, config_file) = read_config_file(
+        args.config.as_deref(),
+        default_config,
+        &server_key,
+        "k3rs server",
+    )?;
+    resolve(merge(cli, file), config_file, hostname)
+}
+
+/// A key of `k3rs server`'s config file.
+fn server_key(key: &str) -> Option<(&'static str, Kind)> {
+    KEYS.iter()
+        .chain(super::node_config::NODE_KEYS)
+        .copied()
+        .find(|(name, _)| *name == key)
+        .or_else(|| {
+            super::snapshot_args::CONFIG_KEYS
+                .iter()
+                .find(|(name, _)| *name == key)
+                .map(|&(name, boolean)| (name, if boolean { Kind::Bool } else { Kind::One }))
+        })
+}
+
+/// Reads the config file: `explicit` (from `--config`, which must exist) or else
+/// `default_config` (which may be missing). Returns its settings and the path read, if any.
+pub(super) fn read_config_file(
+    explicit: Option<&str>,
+    default_config: &Path,
+    lookup: KeyLookup<'_>,
+    command: &'static str,
+) -> Result<(Layer, Option<PathBuf>), ConfigError> {
+    let (path, explicit) = match explicit.filter(|s| !s.is_empty()) {
         Some(p) => (PathBuf::from(p), true),
         None => (default_config.to_path_buf(), false),
     };
-    let (file, config_file) = match std::fs::read_to_string(&path) {
-        Ok(text) => (file_layer(&text, &path)?, Some(path)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound && !explicit => (Layer::new(), None),
-        Err(e) => {
-            return Err(ConfigError::ConfigFile {
-                path,
-                reason: e.to_string(),
-            });
-        }
-    };
-    resolve(merge(cli, file), config_file, hostname)
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok((file_layer(&text, &path, lookup, command)?, Some(path))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !explicit => Ok((Layer::new(), None)),
+        Err(e) => Err(ConfigError::ConfigFile {
+            path,
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// Adds a command-line value to `layer` if it was given.
+pub(super) fn put_one(layer: &mut Layer, key: &'static str, value: &Option<String>) {
+    if let Some(v) = value {
+        layer.insert(
+            key,
+            Setting {
+                raw: Raw::One(v.clone()),
+                origin: Origin::CommandLine,
+            },
+        );
+    }
+}
+
+/// Adds a repeatable command-line value to `layer` if it was given at least once.
+pub(super) fn put_many(layer: &mut Layer, key: &'static str, values: &[String]) {
+    if !values.is_empty() {
+        layer.insert(
+            key,
+            Setting {
+                raw: Raw::Many(values.to_vec()),
+                origin: Origin::CommandLine,
+            },
+        );
+    }
+}
+
+/// Adds a boolean command-line value to `layer` if it was given.
+pub(super) fn put_bool(layer: &mut Layer, key: &'static str, value: Option<bool>) {
+    if let Some(b) = value {
+        layer.insert(
+            key,
+            Setting {
+                raw: Raw::Bool(b),
+                origin: Origin::CommandLine,
+            },
+        );
+    }
 }
 
 /// Reads the machine's hostname (from the kernel, falling back to `/etc/hostname`).
@@ -348,11 +427,17 @@ fn cli_layer(args: &ServerArgs, debug: Option<bool>) -> Layer {
             );
         }
     }
+    super::node_config::cli_layer(&args.node, &mut layer);
     layer
 }
 
-/// Parses the config file's YAML into a layer, rejecting unknown keys.
-fn file_layer(text: &str, path: &Path) -> Result<Layer, ConfigError> {
+/// Parses the config file's YAML into a layer, rejecting keys `lookup` does not know.
+fn file_layer(
+    text: &str,
+    path: &Path,
+    lookup: KeyLookup<'_>,
+    command: &'static str,
+) -> Result<Layer, ConfigError> {
     use serde_yaml::Value;
 
     let file_err = |reason: String| ConfigError::ConfigFile {
@@ -377,19 +462,11 @@ fn file_layer(text: &str, path: &Path) -> Result<Layer, ConfigError> {
             Value::String(k) => k,
             other => return Err(file_err(format!("key {other:?} is not a string"))),
         };
-        let snapshot_key = super::snapshot_args::CONFIG_KEYS
-            .iter()
-            .find(|(name, _)| *name == key)
-            .map(|&(name, boolean)| (name, if boolean { Kind::Bool } else { Kind::One }));
-        let Some((flag, kind)) = KEYS
-            .iter()
-            .copied()
-            .find(|(name, _)| *name == key)
-            .or(snapshot_key)
-        else {
+        let Some((flag, kind)) = lookup(&key) else {
             return Err(ConfigError::UnknownKey {
                 key,
                 path: path.to_path_buf(),
+                command,
             });
         };
         let invalid = |value: String, reason: &str| ConfigError::InvalidValue {
@@ -482,7 +559,7 @@ fn split_list(s: &str) -> Vec<String> {
 }
 
 /// Command line (and environment) over config file, key by key.
-fn merge(cli: Layer, mut file: Layer) -> Layer {
+pub(super) fn merge(cli: Layer, mut file: Layer) -> Layer {
     file.extend(cli);
     file
 }
@@ -586,8 +663,10 @@ fn resolve(
     }
 
     let snapshots = super::snapshot_config::resolve(&s, &data_dir, &node_name)?;
+    let node = super::node_config::resolve(&s)?;
 
     Ok(ServerConfig {
+        node,
         snapshots,
         config_file,
         data_dir,
@@ -614,7 +693,7 @@ fn resolve(
 }
 
 /// The merged settings, with typed accessors that produce flag-naming errors.
-pub(super) struct Settings(Layer);
+pub(super) struct Settings(pub(super) Layer);
 
 impl Settings {
     pub(super) fn get(&self, key: &str) -> Option<(&str, &Origin)> {
@@ -662,7 +741,7 @@ impl Settings {
         }
     }
 
-    fn many<T: PartialEq>(
+    pub(super) fn many<T: PartialEq>(
         &self,
         flag: &'static str,
         parse: impl Fn(&str) -> Result<T, String>,
@@ -715,13 +794,13 @@ pub(super) fn parse_path(s: &str) -> Result<PathBuf, String> {
     std::path::absolute(s).map_err(|e| format!("cannot make the path absolute: {e}"))
 }
 
-fn parse_ip(s: &str) -> Result<IpAddr, String> {
+pub(super) fn parse_ip(s: &str) -> Result<IpAddr, String> {
     s.trim()
         .parse()
         .map_err(|_| "not an IPv4 or IPv6 address".to_string())
 }
 
-fn parse_port(s: &str) -> Result<u16, String> {
+pub(super) fn parse_port(s: &str) -> Result<u16, String> {
     match s.trim().parse::<u32>() {
         Ok(p) if (1..=65535).contains(&p) => u16::try_from(p).map_err(|e| e.to_string()),
         Ok(_) => Err("port out of range (1-65535)".to_string()),
@@ -787,7 +866,7 @@ fn parse_san(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-fn parse_node_name(s: &str) -> Result<String, String> {
+pub(super) fn parse_node_name(s: &str) -> Result<String, String> {
     check_dns_name(s).map_err(|e| {
         format!("node names must be lower-case DNS names (RFC 1123 subdomains): {e}")
     })?;
@@ -801,7 +880,7 @@ fn parse_domain(s: &str) -> Result<String, String> {
 }
 
 /// Checks an RFC 1123 subdomain: lower-case labels of letters, digits and inner hyphens.
-fn check_dns_name(s: &str) -> Result<(), String> {
+pub(super) fn check_dns_name(s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err("must not be empty".to_string());
     }
@@ -825,7 +904,7 @@ fn check_dns_name(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn read_token_file(path: &Path) -> Result<Token, String> {
+pub(super) fn read_token_file(path: &Path) -> Result<Token, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
     let token = text.trim();
     if token.is_empty() {
@@ -1249,6 +1328,7 @@ mod tests {
                     .iter()
                     .map(|(k, _)| *k),
             )
+            .chain(super::super::node_config::NODE_KEYS.iter().map(|(k, _)| *k))
             .collect();
         keys.sort_unstable();
         assert_eq!(flags, keys);

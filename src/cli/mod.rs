@@ -6,6 +6,7 @@
 //! hostname; it opens no listening sockets and never touches `store` (only the API server may).
 //! Certificate material and kubeconfig files belong to [`crate::pki`].
 
+pub mod agent;
 pub mod args;
 pub mod check_config;
 pub mod cidr;
@@ -14,13 +15,14 @@ pub mod controller_manager;
 pub mod etcd_snapshot;
 pub mod kubectl;
 pub mod logging;
+pub mod node_config;
 pub mod notify;
 pub mod server;
 pub mod snapshot_args;
 pub mod snapshot_config;
 pub mod units;
 
-pub use args::{Cli, Command, KubectlArgs, ServerArgs};
+pub use args::{AgentArgs, Cli, Command, KubectlArgs, NodeArgs, ServerArgs};
 pub use cidr::{Cidr, CidrError};
 pub use config::{ConfigError, ServerConfig, Token};
 
@@ -64,7 +66,7 @@ mod tests {
         let e = Cli::try_parse_from(["k3rs", "server", "--no-such-flag"]).expect_err("unknown");
         assert_eq!(e.kind(), ErrorKind::UnknownArgument);
         assert_eq!(e.exit_code(), 2);
-        let e = Cli::try_parse_from(["k3rs", "agent"]).expect_err("not yet");
+        let e = Cli::try_parse_from(["k3rs", "agent", "--no-such-flag"]).expect_err("unknown");
         assert_eq!(e.exit_code(), 2);
         let e = Cli::try_parse_from(["k3rs", "server", "--token"]).expect_err("missing value");
         assert_eq!(e.exit_code(), 2);

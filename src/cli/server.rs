@@ -56,6 +56,7 @@ pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
     let options = ServerPkiOptions {
         sans,
         kubelet_node: (!config.disable_agent).then(|| config.node_name.clone()),
+        kubelet_ips: node_ips.clone(),
     };
     let tls_dir = server_dir.join("tls");
     let pki = ServerPki::ensure(&tls_dir, &options).context("preparing certificates")?;
@@ -165,6 +166,9 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
                 key_pem: cert.key_pem.clone(),
                 ca_pem: prepared.pki.server_ca().cert_pem().to_string(),
             }),
+        node_signer: Some(std::sync::Arc::new(
+            pki::NodeSigner::from_pki(&prepared.pki).context("preparing the node signer")?,
+        )),
     };
     let server = crate::apiserver::start(apiserver_config)
         .await
@@ -205,11 +209,81 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
             }
         });
     }
-    wait_for_signal().await;
+    let agent = if config.disable_agent {
+        None
+    } else {
+        let options = embedded_agent(&config, &prepared, &local_url)?;
+        Some(tokio::spawn(crate::agent::run(options, notifier.clone())))
+    };
+    match agent {
+        None => wait_for_signal().await,
+        Some(mut agent) => {
+            tokio::select! {
+                () = wait_for_signal() => agent.abort(),
+                result = &mut agent => {
+                    notifier.stopping();
+                    server.shutdown().await;
+                    return match result {
+                        Ok(Ok(())) => Err(anyhow::anyhow!("the embedded agent stopped")),
+                        Ok(Err(e)) => Err(e.context("the embedded agent failed")),
+                        Err(e) => Err(anyhow::anyhow!("the embedded agent panicked: {e}")),
+                    };
+                }
+            }
+        }
+    }
     notifier.stopping();
     tracing::info!("shutting down");
     server.shutdown().await;
     Ok(())
+}
+
+/// The embedded agent's options: this server's own kubelet certificates instead of the join
+/// protocol, and the control-plane role labels.
+fn embedded_agent(
+    config: &ServerConfig,
+    prepared: &Prepared,
+    url: &str,
+) -> anyhow::Result<crate::agent::AgentOptions> {
+    let cert = |stem: &str| {
+        prepared
+            .pki
+            .client(stem)
+            .cloned()
+            .with_context(|| format!("no {stem} certificate for the embedded agent"))
+    };
+    let mut ips = config.node.node_ips.clone();
+    if ips.is_empty() {
+        ips = node_ips(config);
+    }
+    if ips.is_empty() {
+        ips.push(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    let credentials = crate::agent::NodeCredentials {
+        server: url.to_string(),
+        server_ca_pem: prepared.pki.server_ca().cert_pem().to_string(),
+        client_ca_pem: prepared.pki.client_ca().cert_pem().to_string(),
+        client: cert(pki::server_stems::CLIENT_KUBELET)?,
+        serving: cert(pki::node::KUBELET_SERVING)?,
+        node_ips: ips,
+        kubeconfig: config.data_dir.join("agent").join("kubelet.kubeconfig"),
+    };
+    let env_dir = |name: &str, default: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| PathBuf::from(default), PathBuf::from)
+    };
+    Ok(crate::agent::AgentOptions {
+        node_name: config.node_name.clone(),
+        data_dir: config.data_dir.clone(),
+        run_dir: env_dir("K3RS_RUN_DIR", crate::agent::DEFAULT_RUN_DIR),
+        pod_log_dir: env_dir("K3RS_POD_LOG_DIR", crate::agent::DEFAULT_POD_LOG_DIR),
+        node: config.node.clone(),
+        credentials: crate::agent::Credentials::Embedded(Box::new(credentials)),
+        control_plane: true,
+        cluster_dns: vec![config.cluster_dns],
+        cluster_domain: config.cluster_domain.clone(),
+    })
 }
 
 /// Polls `GET /readyz` over HTTPS until it answers 200: the same check a user or a load
@@ -261,7 +335,7 @@ async fn issued_client(
     kube::Client::try_from(config).context("building the component client")
 }
 
-async fn wait_for_signal() {
+pub(crate) async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match (
         signal(SignalKind::terminate()),

@@ -18,6 +18,7 @@ mod ca;
 pub mod files;
 mod inspect;
 pub mod kubeconfig;
+pub mod node;
 mod sans;
 mod server;
 pub mod token;
@@ -27,7 +28,12 @@ use std::path::PathBuf;
 
 pub use ca::CertificateAuthority;
 pub use kubeconfig::{Kubeconfig, render_kubeconfig, write_kubeconfig};
+pub use node::NodeSigner;
 pub use sans::ServingSans;
+/// File stems of the server's TLS directory.
+pub mod server_stems {
+    pub use super::server::{CLIENT_ADMIN, CLIENT_CA, CLIENT_KUBELET, SERVER_CA};
+}
 pub use server::{
     COMPONENT_CLIENTS, ClientIdentity, ServerPki, ServerPkiOptions, kubelet_identity,
 };

@@ -84,8 +84,11 @@ pub fn kubelet_identity(node_name: &str) -> (String, &'static [&'static str]) {
 pub struct ServerPkiOptions {
     /// Names and addresses the serving certificate must cover.
     pub sans: ServingSans,
-    /// Issue `client-kubelet` for this node (`None` with `--disable-agent`).
+    /// Issue `client-kubelet` and `serving-kubelet` for this node (`None` with
+    /// `--disable-agent`).
     pub kubelet_node: Option<String>,
+    /// The addresses `serving-kubelet` must cover besides the loopback ones.
+    pub kubelet_ips: Vec<std::net::IpAddr>,
 }
 
 /// The server's certificate material, loaded or created by [`ServerPki::ensure`].
@@ -157,6 +160,24 @@ impl ServerPki {
             )?;
             clients.insert(stem, cert);
         }
+        if let Some(node) = &options.kubelet_node {
+            let sans = super::node::kubelet_serving_sans(node, &options.kubelet_ips);
+            let (cn, _) = kubelet_identity(node);
+            let cert = ensure_leaf(
+                tls_dir,
+                super::node::KUBELET_SERVING,
+                &server_ca,
+                now,
+                &|info| {
+                    let present = ServingSans::from_parts(&info.dns_names, &info.ips);
+                    let missing = sans.missing_from(&present);
+                    (!missing.is_empty())
+                        .then(|| format!("SANs do not cover {}", missing.join(",")))
+                },
+                &|| server_ca.issue_serving_cert(&cn, &sans),
+            )?;
+            clients.insert(super::node::KUBELET_SERVING.to_string(), cert);
+        }
         let admin = clients
             .get(CLIENT_ADMIN)
             .cloned()
@@ -215,7 +236,8 @@ impl ServerPki {
     }
 
     /// A component's client certificate by file stem (see [`COMPONENT_CLIENTS`], plus
-    /// `client-kubelet` unless the agent is disabled).
+    /// `client-kubelet` and the embedded kubelet's `serving-kubelet` unless the agent is
+    /// disabled).
     pub fn client(&self, file_stem: &str) -> Option<&IssuedCert> {
         self.clients.get(file_stem)
     }
@@ -240,7 +262,7 @@ fn log_ca(dir: &Path, stem: &str, created: bool) {
     }
 }
 
-fn unix_now() -> i64 {
+pub(crate) fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
@@ -263,10 +285,10 @@ fn identity_mismatch(info: &inspect::CertInfo, cn: &str, groups: &[&str]) -> Opt
 }
 
 /// Why the leaf at `<stem>.crt`/`.key` cannot be reused, or `None` if it can.
-fn leaf_problem(
+pub(crate) fn leaf_problem(
     cert_pem: &str,
     key_pem: &str,
-    ca: &CertificateAuthority,
+    ca_der: &[u8],
     now: i64,
     check: &dyn Fn(&inspect::CertInfo) -> Option<String>,
 ) -> Option<String> {
@@ -283,7 +305,7 @@ fn leaf_problem(
         Ok(_) => return Some("the private key does not match the certificate".to_string()),
         Err(e) => return Some(format!("unreadable private key: {e}")),
     }
-    if !inspect::signed_by(&der, ca.cert_der()) {
+    if !inspect::signed_by(&der, ca_der) {
         return Some("not signed by the current CA".to_string());
     }
     if info.not_after - now < RENEW_BEFORE_SECS {
@@ -308,7 +330,7 @@ fn ensure_leaf(
         files::read_optional(&key_path)?,
     ) {
         (Some(cert_pem), Some(key_pem)) => {
-            match leaf_problem(&cert_pem, &key_pem, ca, now, check) {
+            match leaf_problem(&cert_pem, &key_pem, ca.cert_der(), now, check) {
                 None => {
                     tracing::debug!(path = %cert_path.display(), "reusing certificate");
                     return Ok(IssuedCert { cert_pem, key_pem });
@@ -348,6 +370,7 @@ mod tests {
                 &tls_sans,
             ),
             kubelet_node: Some("node-a".to_string()),
+            kubelet_ips: Vec::new(),
         }
     }
 
@@ -426,6 +449,7 @@ mod tests {
             "client-supervisor",
             "client-kube-apiserver",
             "client-kubelet",
+            "serving-kubelet",
         ] {
             for ext in ["crt", "key"] {
                 let name = format!("{stem}.{ext}");
@@ -439,7 +463,7 @@ mod tests {
                 assert_eq!(mode, want, "{name}");
             }
         }
-        assert_eq!(names.len(), 20, "{names:?}");
+        assert_eq!(names.len(), 22, "{names:?}");
     }
 
     #[test]
@@ -582,7 +606,7 @@ mod tests {
             leaf_problem(
                 &serving.cert_pem,
                 &serving.key_pem,
-                pki.server_ca(),
+                pki.server_ca().cert_der(),
                 now,
                 &ok
             ),
@@ -593,7 +617,7 @@ mod tests {
             leaf_problem(
                 &serving.cert_pem,
                 &serving.key_pem,
-                pki.server_ca(),
+                pki.server_ca().cert_der(),
                 later,
                 &ok
             )
@@ -604,7 +628,7 @@ mod tests {
             leaf_problem(
                 &serving.cert_pem,
                 &serving.key_pem,
-                pki.client_ca(),
+                pki.client_ca().cert_der(),
                 now,
                 &ok
             )

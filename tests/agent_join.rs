@@ -1,0 +1,426 @@
+//! `k3rs agent` joining a real `k3rs server --disable-agent` with the token: CA pinning from
+//! the `K10…` hash, the token secret, the node certificates (checked with x509-parser), their
+//! reuse on restart, the node password, and the command line.
+//!
+//! The agent gets `--container-runtime-endpoint` pointing at a socket that does not exist,
+//! so after joining it stops with an error naming that flag: these tests cover only the join.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::Server;
+use x509_parser::extensions::GeneralName;
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+fn token(server: &Server) -> String {
+    std::fs::read_to_string(server.dir.path().join("data/server/node-token"))
+        .expect("read node-token")
+        .trim()
+        .to_string()
+}
+
+/// Runs `k3rs agent` with `args` to completion (at most 60 s).
+fn agent(args: &[&str]) -> Output {
+    let mut child = Command::new(support::k3rs_bin())
+        .arg("agent")
+        .args(args)
+        .env_remove("K3RS_TOKEN")
+        .env_remove("K3RS_URL")
+        .env_remove("K3RS_DATA_DIR")
+        .env_remove("K3RS_NODE_NAME")
+        .env_remove("K3RS_CONFIG_FILE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start k3rs agent");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "k3rs agent did not exit within 60 s:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The join-only arguments: server, token, data dir, node name, no runtime.
+fn join_args<'a>(
+    server_url: &'a str,
+    token: &'a str,
+    data: &'a str,
+    node: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        "--server",
+        server_url,
+        "--token",
+        token,
+        "--data-dir",
+        data,
+        "--node-name",
+        node,
+        "--node-ip",
+        "127.0.0.1",
+        "--container-runtime-endpoint",
+        "unix:///nonexistent/k3rs-test/cri.sock",
+    ]
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The agent joined (certificates stored) and then stopped at the missing runtime socket.
+fn assert_joined_then_stopped_at_runtime(out: &Output) {
+    let err = stderr(out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--container-runtime-endpoint /nonexistent/k3rs-test/cri.sock does not exist"),
+        "{err}"
+    );
+    assert!(err.contains("node credentials ready"), "{err}");
+}
+
+fn cert(path: &Path) -> (String, Vec<String>, Vec<String>, Vec<String>) {
+    let pem = std::fs::read(path).expect("read certificate");
+    let (_, block) = x509_parser::pem::parse_x509_pem(&pem).expect("PEM");
+    let (_, cert) = X509Certificate::from_der(&block.contents).expect("X.509");
+    let cn = cert
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|c| c.as_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let orgs = cert
+        .subject()
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_string))
+        .collect();
+    let mut dns = Vec::new();
+    let mut ips = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            match name {
+                GeneralName::DNSName(d) => dns.push(d.to_string()),
+                GeneralName::IPAddress(b) if b.len() == 4 => {
+                    ips.push(std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]).to_string())
+                }
+                _ => {}
+            }
+        }
+    }
+    (cn, orgs, dns, ips)
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .expect("metadata")
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+#[test]
+fn wrong_ca_hash_is_refused_and_nothing_is_written() {
+    let server = Server::start();
+    let good = token(&server);
+    let (_, creds) = good.split_once("::").expect("full token");
+    let wrong = format!("K10{}::{creds}", "0".repeat(64));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("agent-data");
+    let data_s = data.to_str().expect("utf-8");
+    let url = server.url();
+    let out = agent(&join_args(&url, &wrong, data_s, "worker-1"));
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("the server's CA certificate does not match the hash in the token (K10")
+            && err.contains("check --token / --server"),
+        "{err}"
+    );
+    assert!(!data.exists(), "nothing may be written on a CA mismatch");
+}
+
+#[test]
+fn bad_token_secret_is_refused() {
+    let server = Server::start();
+    let good = token(&server);
+    let (hash, _) = good.split_once("::").expect("full token");
+    let bad = format!("{hash}::server:not-the-secret");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("agent-data");
+    let url = server.url();
+    let out = agent(&join_args(
+        &url,
+        &bad,
+        data.to_str().expect("utf-8"),
+        "worker-1",
+    ));
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("rejected the token (401 Unauthorized)"),
+        "{err}"
+    );
+    assert!(!data.join("agent/client-kubelet.crt").exists());
+}
+
+#[test]
+fn agent_gets_stores_and_reuses_its_certificates() {
+    let server = Server::start();
+    let token = token(&server);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("agent-data");
+    let data_s = data.to_str().expect("utf-8");
+    let url = server.url();
+    let out = agent(&join_args(&url, &token, data_s, "worker-1"));
+    assert_joined_then_stopped_at_runtime(&out);
+
+    let agent_dir = data.join("agent");
+    let (cn, orgs, _, _) = cert(&agent_dir.join("client-kubelet.crt"));
+    assert_eq!(cn, "system:node:worker-1");
+    assert_eq!(orgs, ["system:nodes"]);
+    let (cn, _, dns, ips) = cert(&agent_dir.join("serving-kubelet.crt"));
+    assert_eq!(cn, "system:node:worker-1");
+    for name in ["worker-1", "localhost"] {
+        assert!(
+            dns.contains(&name.to_string()),
+            "{name} missing from {dns:?}"
+        );
+    }
+    assert!(ips.contains(&"127.0.0.1".to_string()), "{ips:?}");
+    let server_ca =
+        std::fs::read_to_string(server.dir.path().join("data/server/tls/server-ca.crt"))
+            .expect("server CA");
+    assert_eq!(
+        std::fs::read_to_string(agent_dir.join("server-ca.crt")).expect("stored CA"),
+        server_ca
+    );
+    assert!(agent_dir.join("client-ca.crt").is_file());
+    for key in [
+        "client-kubelet.key",
+        "serving-kubelet.key",
+        "kubelet.kubeconfig",
+        "node-password",
+    ] {
+        assert_eq!(mode(&agent_dir.join(key)), 0o600, "{key}");
+    }
+
+    // The kubeconfig authenticates (anonymous requests to /api/v1/nodes get 401).
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(agent_dir.join("kubelet.kubeconfig"))
+        .args(["get", "--raw", "/api/v1/nodes"])
+        .output()
+        .expect("run kubectl (install kubectl)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The server stored the node password's hash.
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&server.kubeconfig)
+        .args([
+            "-n",
+            "kube-system",
+            "get",
+            "secret",
+            "worker-1.node-password.k3rs",
+            "-o",
+            "jsonpath={.type}",
+        ])
+        .output()
+        .expect("run kubectl");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "k3rs.io/node-password"
+    );
+
+    // A second start reuses everything byte for byte.
+    let files = [
+        "client-kubelet.crt",
+        "client-kubelet.key",
+        "serving-kubelet.crt",
+        "serving-kubelet.key",
+        "kubelet.kubeconfig",
+        "node-password",
+    ];
+    let before: Vec<(Vec<u8>, std::time::SystemTime)> = files
+        .iter()
+        .map(|f| {
+            let p = agent_dir.join(f);
+            (
+                std::fs::read(&p).expect("read"),
+                std::fs::metadata(&p)
+                    .and_then(|m| m.modified())
+                    .expect("mtime"),
+            )
+        })
+        .collect();
+    let out = agent(&join_args(&url, &token, data_s, "worker-1"));
+    assert_joined_then_stopped_at_runtime(&out);
+    for (f, (bytes, mtime)) in files.iter().zip(&before) {
+        let p = agent_dir.join(f);
+        assert_eq!(&std::fs::read(&p).expect("read"), bytes, "{f} changed");
+        assert_eq!(
+            &std::fs::metadata(&p)
+                .and_then(|m| m.modified())
+                .expect("mtime"),
+            mtime,
+            "{f} rewritten"
+        );
+    }
+
+    // A new node name gets new certificates.
+    let out = agent(&join_args(&url, &token, data_s, "worker-renamed"));
+    assert_joined_then_stopped_at_runtime(&out);
+    let (cn, _, _, _) = cert(&agent_dir.join("client-kubelet.crt"));
+    assert_eq!(cn, "system:node:worker-renamed");
+}
+
+#[test]
+fn second_machine_with_the_same_node_name_is_refused() {
+    let server = Server::start();
+    let token = token(&server);
+    let url = server.url();
+    let first = tempfile::tempdir().expect("tempdir");
+    let first_data: PathBuf = first.path().join("data");
+    let out = agent(&join_args(
+        &url,
+        &token,
+        first_data.to_str().expect("utf-8"),
+        "shared-name",
+    ));
+    assert_joined_then_stopped_at_runtime(&out);
+
+    let second = tempfile::tempdir().expect("tempdir");
+    let second_data = second.path().join("data");
+    let out = agent(&join_args(
+        &url,
+        &token,
+        second_data.to_str().expect("utf-8"),
+        "shared-name",
+    ));
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("refused node \"shared-name\" (403 Forbidden)")
+            && err.contains("Node password rejected"),
+        "{err}"
+    );
+    assert!(!second_data.join("agent/client-kubelet.crt").exists());
+    // The first machine still joins.
+    let out = agent(&join_args(
+        &url,
+        &token,
+        first_data.to_str().expect("utf-8"),
+        "shared-name",
+    ));
+    assert_joined_then_stopped_at_runtime(&out);
+}
+
+#[test]
+fn command_line_errors_exit_2_naming_the_flag() {
+    let out = agent(&["--no-such-flag"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--no-such-flag"), "{}", stderr(&out));
+
+    let out = agent(&["--token", "x", "--config", "/dev/null"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--server is required"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = agent(&[
+        "--server",
+        "https://127.0.0.1:6443",
+        "--config",
+        "/dev/null",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--token is required"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = agent(&["-s", "http://127.0.0.1:6443", "-t", "x", "-c", "/dev/null"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("for --server: the server URL must start with https://"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = agent(&[
+        "-s",
+        "https://127.0.0.1:6443",
+        "-t",
+        "x",
+        "-c",
+        "/dev/null",
+        "--node-taint",
+        "a=b",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("for --node-taint"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn config_file_keys_work() {
+    let server = Server::start();
+    let token = token(&server);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "server: {}\ntoken: \"{token}\"\ndata-dir: {}\nnode-name: from-file\nnode-ip: 127.0.0.1\n\
+             container-runtime-endpoint: unix:///nonexistent/k3rs-test/cri.sock\n\
+             node-label: [disk=ssd]\nkubelet-arg: [max-pods=50]\n",
+            server.url(),
+            data.display()
+        ),
+    )
+    .expect("write config");
+    let out = agent(&["--config", config.to_str().expect("utf-8")]);
+    assert_joined_then_stopped_at_runtime(&out);
+    let (cn, _, _, _) = cert(&data.join("agent/client-kubelet.crt"));
+    assert_eq!(cn, "system:node:from-file");
+
+    std::fs::write(
+        &config,
+        "server: https://127.0.0.1:1\ntoken: x\nwrite-kubeconfig: /tmp/x\n",
+    )
+    .expect("write config");
+    let out = agent(&["--config", config.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("unknown key \"write-kubeconfig\"")
+            && stderr(&out).contains("k3rs agent has no --write-kubeconfig flag"),
+        "{}",
+        stderr(&out)
+    );
+}
