@@ -10,6 +10,7 @@
 //! | `maximum-dead-containers-per-container` | 1 | exited instances kept per container |
 //! | `kube-reserved`, `system-reserved` | none | `cpu=…,memory=…` taken from allocatable |
 //! | `eviction-hard` | `memory.available<100Mi,nodefs.available<10%` | pressure thresholds |
+//! | `pod-infra-container-image` | `k3rs.local/pause:3.10` | the sandbox image image GC never removes |
 //!
 //! Anything else is refused with a message naming the flag, so a typo is not silently ignored.
 
@@ -38,7 +39,11 @@ const SUPPORTED: &[&str] = &[
     "kube-reserved",
     "system-reserved",
     "eviction-hard",
+    "pod-infra-container-image",
 ];
+
+/// The sandbox image the agent builds and configures containerd with (the agent contract).
+pub const DEFAULT_PAUSE_IMAGE: &str = "k3rs.local/pause:3.10";
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct KubeletArgs {
@@ -54,6 +59,8 @@ pub struct KubeletArgs {
     pub eviction_memory_available_bytes: u64,
     /// `nodefs.available` percentage below which DiskPressure is True.
     pub eviction_nodefs_available_percent: u8,
+    /// The sandbox image, protected from image GC.
+    pub pod_infra_container_image: Option<String>,
 }
 
 impl Default for KubeletArgs {
@@ -68,6 +75,7 @@ impl Default for KubeletArgs {
             reserved_memory_bytes: 0,
             eviction_memory_available_bytes: 100 * 1024 * 1024,
             eviction_nodefs_available_percent: 10,
+            pod_infra_container_image: Some(DEFAULT_PAUSE_IMAGE.to_string()),
         }
     }
 }
@@ -124,6 +132,10 @@ impl KubeletArgs {
                             _ => return Err(bad("only cpu, memory, ephemeral-storage and pid")),
                         }
                     }
+                }
+                "pod-infra-container-image" => {
+                    out.pod_infra_container_image =
+                        Some(value.to_string()).filter(|v| !v.is_empty())
                 }
                 "eviction-hard" => {
                     for rule in value.split(',').filter(|p| !p.is_empty()) {

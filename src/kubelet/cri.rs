@@ -128,6 +128,15 @@ impl Cri {
         .map(|r| r.status.unwrap_or_default())
     }
 
+    /// The runtime's verbose status info (containerd puts its CRI config under `config`).
+    pub async fn status_info(&self) -> CriResult<std::collections::HashMap<String, String>> {
+        call!(
+            self.runtime.status(cri::StatusRequest { verbose: true }),
+            CALL_TIMEOUT
+        )
+        .map(|r| r.info)
+    }
+
     pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> CriResult<String> {
         call!(
             self.runtime.run_pod_sandbox(cri::RunPodSandboxRequest {

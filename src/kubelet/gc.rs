@@ -14,7 +14,11 @@ use super::{Kubelet, labels};
 
 const PERIOD: Duration = Duration::from_secs(60);
 
+/// An image must have been unused this long before GC may remove it (`image-minimum-gc-age`).
+const IMAGE_MINIMUM_GC_AGE: Duration = Duration::from_secs(120);
+
 pub async fn run(kubelet: Arc<Kubelet>) {
+    let mut unused_since: HashMap<String, std::time::Instant> = HashMap::new();
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -23,7 +27,7 @@ pub async fn run(kubelet: Arc<Kubelet>) {
         if let Err(e) = collect_containers(&kubelet).await {
             tracing::warn!(error = %e, "container garbage collection");
         }
-        if let Err(e) = collect_images(&kubelet).await {
+        if let Err(e) = collect_images(&kubelet, &mut unused_since).await {
             tracing::warn!(error = %e, "image garbage collection");
         }
     }
@@ -120,7 +124,30 @@ async fn collect_containers(kubelet: &Kubelet) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn collect_images(kubelet: &Kubelet) -> anyhow::Result<()> {
+/// The sandbox image the runtime is configured with (containerd reports it in its verbose
+/// CRI status), which no container lists as its image but every sandbox needs.
+async fn sandbox_images(kubelet: &Kubelet) -> HashSet<String> {
+    let mut out: HashSet<String> = kubelet
+        .config
+        .extra
+        .pod_infra_container_image
+        .iter()
+        .cloned()
+        .collect();
+    if let Ok(info) = kubelet.cri.status_info().await
+        && let Some(config) = info.get("config")
+        && let Ok(value) = serde_json::from_str::<serde_json::Value>(config)
+        && let Some(image) = value.get("sandboxImage").and_then(|v| v.as_str())
+    {
+        out.insert(image.to_string());
+    }
+    out
+}
+
+async fn collect_images(
+    kubelet: &Kubelet,
+    unused_since: &mut HashMap<String, std::time::Instant>,
+) -> anyhow::Result<()> {
     let info = kubelet.cri.image_fs_info().await?;
     let Some(fs) = info.image_filesystems.first() else {
         return Ok(());
@@ -161,18 +188,32 @@ async fn collect_images(kubelet: &Kubelet) -> anyhow::Result<()> {
         .collect();
     let mut images = kubelet.cri.list_images().await?;
     images.sort_by_key(|i| std::cmp::Reverse(i.size));
-    tracing::info!(
+    let protected = sandbox_images(kubelet).await;
+    let now = std::time::Instant::now();
+    let is_unused = |image: &cri::Image| {
+        !image.pinned
+            && !in_use.contains(&image.id)
+            && !image
+                .repo_tags
+                .iter()
+                .any(|t| in_use.contains(t) || protected.contains(t))
+    };
+    unused_since.retain(|id, _| images.iter().any(|i| &i.id == id && is_unused(i)));
+    for image in images.iter().filter(|i| is_unused(i)) {
+        unused_since.entry(image.id.clone()).or_insert(now);
+    }
+    tracing::debug!(
         usage_percent = usage,
-        "image filesystem above the high threshold; removing unused images"
+        "image filesystem above the high threshold; looking for unused images"
     );
     for image in images {
         if to_free == 0 {
             break;
         }
-        if image.pinned
-            || in_use.contains(&image.id)
-            || image.repo_tags.iter().any(|t| in_use.contains(t))
-        {
+        let old_enough = unused_since
+            .get(&image.id)
+            .is_some_and(|since| now.duration_since(*since) >= IMAGE_MINIMUM_GC_AGE);
+        if !is_unused(&image) || !old_enough {
             continue;
         }
         match kubelet.cri.remove_image(&image.id).await {

@@ -161,17 +161,31 @@ pub async fn run(
     node.register().await;
     let _ = registered.send(true);
 
-    let status = tokio::spawn(node.clone().status_loop());
-    let lease = tokio::spawn(node::lease_loop(kubelet.clone()));
-    let pods = tokio::spawn(pods::run(kubelet.clone()));
-    let gc = tokio::spawn(gc::run(kubelet.clone()));
-    tokio::select! {
-        r = status => r.context("node status loop")?,
-        r = lease => r.context("lease loop")?,
-        r = pods => r.context("pod manager")??,
-        r = gc => r.context("garbage collector")?,
+    // A JoinSet aborts every loop when `run` is dropped (the agent stopping the kubelet).
+    let mut loops: tokio::task::JoinSet<(&'static str, anyhow::Result<()>)> =
+        tokio::task::JoinSet::new();
+    loops.spawn(async move {
+        node.status_loop().await;
+        ("node status loop", Ok(()))
+    });
+    let k = kubelet.clone();
+    loops.spawn(async move {
+        node::lease_loop(k).await;
+        ("lease loop", Ok(()))
+    });
+    let k = kubelet.clone();
+    loops.spawn(async move { ("pod manager", pods::run(k).await) });
+    let k = kubelet.clone();
+    loops.spawn(async move {
+        gc::run(k).await;
+        ("garbage collector", Ok(()))
+    });
+    match loops.join_next().await {
+        Some(Ok((name, Ok(())))) => anyhow::bail!("the kubelet's {name} ended"),
+        Some(Ok((name, Err(e)))) => Err(e.context(name)),
+        Some(Err(e)) => Err(anyhow::anyhow!(e).context("a kubelet loop panicked")),
+        None => anyhow::bail!("the kubelet has no loops"),
     }
-    anyhow::bail!("a kubelet loop ended")
 }
 
 /// Waits until the runtime answers `Version`, logging while it does not.

@@ -21,7 +21,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
-use tokio::sync::{Notify, Semaphore, mpsc, watch};
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio::task::JoinSet;
 
 use super::{Kubelet, labels};
 
@@ -50,14 +51,18 @@ pub async fn run(kubelet: Arc<Kubelet>) -> anyhow::Result<()> {
         .default_backoff()
         .boxed();
     let mut workers: HashMap<String, Handle> = HashMap::new();
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
+    // Workers live in a JoinSet so they stop with the manager (a kubelet restart in-process).
+    let mut tasks: JoinSet<String> = JoinSet::new();
     let mut relist = tokio::time::interval(RELIST);
     relist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut fingerprints: HashMap<String, String> = HashMap::new();
     let mut listing: Option<HashSet<String>> = None;
     let mut synced_once = false;
 
-    let spawn = |workers: &mut HashMap<String, Handle>, uid: String, pod: Option<Pod>| {
+    let spawn = |workers: &mut HashMap<String, Handle>,
+                 tasks: &mut JoinSet<String>,
+                 uid: String,
+                 pod: Option<Pod>| {
         let (tx, rx) = watch::channel(pod);
         let poke = Arc::new(Notify::new());
         let worker = worker::Worker::new(
@@ -66,12 +71,11 @@ pub async fn run(kubelet: Arc<Kubelet>) -> anyhow::Result<()> {
             permits.clone(),
             runtime_name.clone(),
         );
-        let done = done_tx.clone();
         let poke2 = poke.clone();
         let uid2 = uid.clone();
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             worker.run(rx, poke2).await;
-            let _ = done.send(uid2);
+            uid2
         });
         workers.insert(uid, Handle { pod: tx, poke });
     };
@@ -96,7 +100,7 @@ pub async fn run(kubelet: Arc<Kubelet>) -> anyhow::Result<()> {
                         }
                         match workers.get(&uid) {
                             Some(h) if !h.pod.is_closed() => { h.pod.send_replace(Some(pod)); }
-                            _ => spawn(&mut workers, uid, Some(pod)),
+                            _ => spawn(&mut workers, &mut tasks, uid, Some(pod)),
                         }
                     }
                     watcher::Event::Delete(pod) => {
@@ -118,7 +122,7 @@ pub async fn run(kubelet: Arc<Kubelet>) -> anyhow::Result<()> {
                                 Ok(list) => for uid in list {
                                     if !workers.contains_key(&uid) {
                                         tracing::info!(%uid, "tearing down containers of a pod the API no longer has");
-                                        spawn(&mut workers, uid, None);
+                                        spawn(&mut workers, &mut tasks, uid, None);
                                     }
                                 },
                                 Err(e) => tracing::warn!(error = %e, "listing sandboxes for orphans"),
@@ -142,9 +146,14 @@ pub async fn run(kubelet: Arc<Kubelet>) -> anyhow::Result<()> {
                     Err(e) => tracing::debug!(error = %e, "CRI relist failed"),
                 }
             }
-            Some(uid) = done_rx.recv() => {
-                if workers.get(&uid).is_some_and(|h| h.pod.is_closed()) {
-                    workers.remove(&uid);
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                match done {
+                    Ok(uid) => {
+                        if workers.get(&uid).is_some_and(|h| h.pod.is_closed()) {
+                            workers.remove(&uid);
+                        }
+                    }
+                    Err(e) => tracing::error!(error = %e, "a pod worker panicked"),
                 }
             }
         }

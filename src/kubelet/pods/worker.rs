@@ -118,18 +118,12 @@ fn pod_desc(pod: &Pod) -> String {
 fn go_duration(d: Duration) -> String {
     let secs = d.as_secs();
     if secs >= 60 {
-        let (m, s) = (secs / 60, secs % 60);
-        if s == 0 {
-            format!("{m}m0s")
-        } else {
-            format!("{m}m{s}s")
-        }
+        format!("{}m{}s", secs / 60, secs % 60)
+    } else if d.subsec_millis() == 0 && secs > 0 {
+        format!("{secs}s")
     } else if secs > 0 {
-        format!("{:.3}s", d.as_secs_f64())
-            .trim_end_matches('0')
-            .trim_end_matches('.')
-            .to_string()
-            + if d.subsec_millis() == 0 { "s" } else { "" }
+        let text = format!("{:.3}", d.as_secs_f64());
+        format!("{}s", text.trim_end_matches('0').trim_end_matches('.'))
     } else {
         format!("{}ms", d.as_millis())
     }
@@ -292,10 +286,9 @@ impl Worker {
         let pod_spec = pod.spec.clone().unwrap_or_default();
         let (labels, annotations) = spec::sandbox_metadata(pod);
         let host_network = pod_spec.host_network.unwrap_or(false);
+        // As the kubelet: host-network pods keep the node's UTS namespace, so no hostname.
         let hostname = if host_network {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_string())
-                .unwrap_or_else(|_| config.node_name.clone())
+            String::new()
         } else {
             spec::hostname_and_domain(pod, &config.cluster_domain).0
         };
