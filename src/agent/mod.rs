@@ -222,13 +222,56 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
     })
     .cni_conf_dir;
     let (registered_tx, mut registered_rx) = tokio::sync::watch::channel(false);
-    // Integration point for `kubelet::run` and `kubelet::server::serve` (branches `kubelet`
-    // and `stream`): they take `client`, `cri_endpoint`, the labels/taints and the serving
-    // certificate. Until they are merged the Node is not registered by this agent.
-    tracing::warn!(
-        cri = %cri_endpoint.display(),
-        "this build has no kubelet yet; the node will not register itself"
+    let kubelet_port = kubelet_port();
+    let node_ip = credentials
+        .node_ips
+        .first()
+        .copied()
+        .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+    let mut kubelet_config = crate::kubelet::Config::new(
+        &options.node_name,
+        node_ip,
+        cri_endpoint.clone(),
+        options.data_dir.clone(),
     );
+    kubelet_config.node_external_ip = options.node.node_external_ips.first().copied();
+    kubelet_config.pod_log_dir = options.pod_log_dir.clone();
+    kubelet_config.labels = options.node_labels();
+    kubelet_config.taints = options.node.taints.clone();
+    kubelet_config.cluster_dns = options.cluster_dns.clone();
+    kubelet_config.cluster_domain = options.cluster_domain.clone();
+    kubelet_config.resolv_conf = resolv_conf(options.node.resolv_conf.as_deref());
+    kubelet_config.kubelet_port = kubelet_port;
+    let flags = &options.node.kubelet;
+    kubelet_config.extra.max_pods = flags.max_pods;
+    kubelet_config.extra.image_gc_high_threshold = flags.image_gc_high_threshold;
+    kubelet_config.extra.image_gc_low_threshold = flags.image_gc_low_threshold;
+    kubelet_config.extra.node_status_update_frequency = flags.node_status_update_frequency;
+    kubelet_config.extra.pod_infra_container_image = Some(options.node.pause_image.clone());
+    // The node watch below reports registration too; this receiver only keeps the kubelet's
+    // sender connected.
+    let (kubelet_registered_tx, _kubelet_registered_rx) = tokio::sync::watch::channel(false);
+    let kubelet = tokio::spawn(crate::kubelet::run(
+        client.clone(),
+        kubelet_config,
+        kubelet_registered_tx,
+    ));
+    let server_config = crate::kubelet::server::ServerConfig {
+        listen: std::net::SocketAddr::new(
+            IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            kubelet_port,
+        ),
+        serving_cert_pem: credentials.serving.cert_pem.clone(),
+        serving_key_pem: credentials.serving.key_pem.clone(),
+        client_ca_pem: credentials.client_ca_pem.clone(),
+        cri_endpoint: cri_endpoint.clone(),
+        pod_log_dir: options.pod_log_dir.clone(),
+    };
+    tokio::spawn(async move {
+        if let Err(e) = crate::kubelet::server::serve(server_config).await {
+            tracing::error!(error = %format!("{e:#}"), "the kubelet API on :{kubelet_port} stopped");
+        }
+    });
     notifier.status("Waiting for the Node to be registered");
     let watch = tokio::spawn(watch_own_node(
         client.clone(),
@@ -244,10 +287,22 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
             ready_notifier.ready("k3rs agent is running");
         }
     });
-    let result = watch.await.context("the node watch task")?;
+    // The agent lives as long as its kubelet and its node watch.
+    let result = tokio::select! {
+        done = watch => done.context("the node watch task")?,
+        done = kubelet => done.context("the kubelet task")?.context("the kubelet"),
+    };
     // Dropping the runtime leaves containerd (and the pods) running, as k3s does.
     drop(runtime);
     result
+}
+
+/// The kubelet API port: 10250, or `K3RS_KUBELET_PORT` (tests run several agents on one host).
+fn kubelet_port() -> u16 {
+    std::env::var("K3RS_KUBELET_PORT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10250)
 }
 
 /// What to do when the Node's pod CIDRs appear or change: `Ok(true)` if something changed.

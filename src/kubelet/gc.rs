@@ -115,10 +115,12 @@ async fn collect_containers(kubelet: &Kubelet) -> anyhow::Result<()> {
             .get(labels::POD_UID)
             .and_then(|u| newest.get(u.as_str()))
             == Some(&key);
-        if not_ready && !is_newest && !in_use.contains(s.id.as_str()) {
-            if let Err(e) = kubelet.cri.remove_pod_sandbox(&s.id).await {
-                tracing::warn!(sandbox = %s.id, error = %e, "removing a dead sandbox");
-            }
+        if not_ready
+            && !is_newest
+            && !in_use.contains(s.id.as_str())
+            && let Err(e) = kubelet.cri.remove_pod_sandbox(&s.id).await
+        {
+            tracing::warn!(sandbox = %s.id, error = %e, "removing a dead sandbox");
         }
     }
     Ok(())

@@ -671,7 +671,10 @@ mod tests {
         assert_eq!(alloc["cpu"].0, "3500m");
         assert_eq!(
             alloc["memory"].0,
-            format!("{}Ki", (7u64 * 1024 * 1024 * 1024 - 100 * 1024 * 1024) / 1024)
+            format!(
+                "{}Ki",
+                (7u64 * 1024 * 1024 * 1024 - 100 * 1024 * 1024) / 1024
+            )
         );
         assert_eq!(alloc["ephemeral-storage"].0, "90000000000");
     }
