@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod apply;
 pub mod authn;
+pub mod authz;
 pub mod crd;
 pub mod discovery;
 pub mod events_view;
@@ -93,6 +94,8 @@ pub struct AppState {
     pub registry: registry::Registry,
     pub custom: RwLock<crd::CustomVersions>,
     pub tokens: TokenAuthenticator,
+    /// RBAC and the Node authorizer.
+    pub authz: Arc<authz::Authorizer>,
     pub allocation: tokio::sync::Mutex<()>,
     pub metrics: metrics::Metrics,
     pub snapshots: Option<Arc<snapshots::SnapshotManager>>,
@@ -151,7 +154,10 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
         .map(node_proxy::tls_config)
         .transpose()
         .context("loading the kubelet-client credentials")?;
+    let authorizer = Arc::new(authz::Authorizer::new(&cache));
+    authorizer.spawn_refresher(cache.clone());
     let state = Arc::new(AppState {
+        authz: authorizer,
         kubelet_tls,
         snapshots: snapshot_manager,
         tokens: TokenAuthenticator::new(config.token_secret.clone()),
@@ -167,6 +173,9 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
     bootstrap(&state)
         .await
         .context("creating the built-in namespaces and the kubernetes Service")?;
+    bootstrap_rbac(&state)
+        .await
+        .context("creating the default RBAC roles")?;
     master_endpoints::reconcile(&state)
         .await
         .context("writing the kubernetes Service's endpoints")?;
@@ -272,6 +281,14 @@ async fn dispatch(
                 .and_then(|a| state.tokens.authenticate(a))
         })
         .unwrap_or_else(Identity::anonymous);
+    let identity = if identity.is_anonymous() {
+        identity
+    } else {
+        match authz::impersonate(&state.authz, identity, &parts.headers) {
+            Ok(identity) => identity,
+            Err(e) => return e.into_response(),
+        }
+    };
     if parts.uri.path().starts_with(snapshots::API_PREFIX) {
         let body = match read_body(body, &parts.method).await {
             Ok(b) => b,
@@ -302,6 +319,26 @@ async fn dispatch(
         _ => String::new(),
     };
     let public = matches!(route, Route::Healthz(_) | Route::Version);
+    if !identity.is_anonymous()
+        && let Err(denied) = authorize(
+            &state,
+            &identity,
+            &parts.method,
+            &route,
+            &query,
+            parts.uri.path(),
+        )
+    {
+        let response = denied.into_response();
+        state.metrics.observe(
+            verb,
+            &resource,
+            response.status().as_u16(),
+            started.elapsed(),
+        );
+        tracing::debug!(user = %identity.user, verb, path = %parts.uri.path(), "forbidden");
+        return response;
+    }
     // Node streams (logs, exec, attach, port-forward) keep the connection for the upgrade
     // and stream their bodies, so they take the request before any body is read.
     if let Route::Resource(target) = &route
@@ -324,7 +361,7 @@ async fn dispatch(
             Ok(b) => b,
             Err(e) => return e.into_response(),
         };
-        match serve(&state, &parts, &route, &query, &body).await {
+        match serve(&state, &identity, &parts, &route, &query, &body).await {
             Ok(r) => r,
             Err(e) => e.into_response(),
         }
@@ -389,6 +426,7 @@ fn with_content_type(mut response: Response, content_type: &str) -> Response {
 
 async fn serve(
     state: &Arc<AppState>,
+    identity: &Identity,
     parts: &axum::http::request::Parts,
     route: &Route,
     query: &Query,
@@ -499,6 +537,14 @@ async fn serve(
         }
         Route::NotFound => Err(not_found()),
         Route::Resource(target) => {
+            if authz::reviews::is_review(&target.info) {
+                if *method != Method::POST {
+                    return Err(ApiError::method_not_allowed(
+                        "the server does not allow this method on the requested resource",
+                    ));
+                }
+                return authz::reviews::serve(&state.authz, identity, target, &parts.headers, body);
+            }
             let want = request::negotiate(accept)?;
             if events_view::is_view(&target.info) {
                 return events_view::serve(
@@ -652,6 +698,63 @@ async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
         )
         .await,
     )?;
+    Ok(())
+}
+
+/// Asks the authorizer whether `identity` may make this request.
+fn authorize(
+    state: &AppState,
+    identity: &Identity,
+    method: &Method,
+    route: &Route,
+    query: &Query,
+    path: &str,
+) -> Result<(), ApiError> {
+    let verb;
+    let attrs = match route {
+        // Everyone may ask for health and the version (system:public-info-viewer).
+        Route::Healthz(_) | Route::Version => return Ok(()),
+        Route::Resource(target) => {
+            verb = authz::resource_verb(method, target, query);
+            authz::resource_attributes(verb, target)
+        }
+        _ => authz::path_attributes(method, path),
+    };
+    if state.authz.allows(identity, &attrs) {
+        Ok(())
+    } else {
+        Err(authz::forbidden(identity, &attrs))
+    }
+}
+
+/// Stores the default ClusterRoles and ClusterRoleBindings that are missing (Kubernetes's
+/// `rbac/bootstrap-roles`); existing ones are left as the user edited them.
+async fn bootstrap_rbac(state: &Arc<AppState>) -> anyhow::Result<()> {
+    for (plural, object) in authz::missing_defaults(&state.cache) {
+        let info = state
+            .registry
+            .find("rbac.authorization.k8s.io", "v1", plural)
+            .with_context(|| format!("{plural} resource"))?;
+        let target = request::Target {
+            info,
+            namespace: None,
+            name: None,
+            subresource: None,
+            legacy_watch: false,
+        };
+        ignore_exists(
+            handlers::create_object(
+                state,
+                &target,
+                &Query::default(),
+                object,
+                Vec::new(),
+                Some("k3rs"),
+            )
+            .await,
+        )?;
+    }
+    state.authz.refresh(&state.cache);
     Ok(())
 }
 

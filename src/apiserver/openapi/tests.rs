@@ -52,9 +52,11 @@ fn gvk_of(op: &Value) -> (String, String, String) {
 }
 
 /// kubectl's `supportsQueryParamV3`: the first PATCH operation with the kind decides.
+/// Whether the kind's PATCH (or, for create-only kinds such as the access reviews, its
+/// POST) operation takes `fieldValidation`.
 fn supports_field_validation(doc: &Value, group: &str, version: &str, kind: &str) -> bool {
     for item in doc["paths"].as_object().unwrap().values() {
-        let Some(patch) = item.get("patch") else {
+        let Some(patch) = item.get("patch").or_else(|| item.get("post")) else {
             continue;
         };
         let g = &patch[GVK];
