@@ -310,3 +310,96 @@ fn impersonation_needs_the_impersonate_verb() {
         text(&out)
     );
 }
+
+#[test]
+fn rbac_writes_cannot_grant_more_than_the_writer_holds() {
+    let server = Server::start();
+    admin(&server, &["create", "namespace", "team"]);
+    admin(
+        &server,
+        &[
+            "create",
+            "rolebinding",
+            "lead-admin",
+            "--clusterrole=admin",
+            "--user=lead",
+            "-n",
+            "team",
+        ],
+    );
+    let lead = kubeconfig_for(&server, "lead", &[]);
+    eventually("admin in team takes effect", || {
+        let out = kubectl_as(
+            &server,
+            &lead,
+            &[
+                "create",
+                "role",
+                "pod-reader",
+                "--verb=get,list",
+                "--resource=pods",
+                "-n",
+                "team",
+            ],
+        );
+        out.status.success().then_some(()).ok_or_else(|| text(&out))
+    });
+    // Nodes are not the lead's to give.
+    let out = kubectl_as(
+        &server,
+        &lead,
+        &[
+            "create",
+            "role",
+            "node-reader",
+            "--verb=list",
+            "--resource=nodes",
+            "-n",
+            "team",
+        ],
+    );
+    assert!(
+        text(&out).contains("roles.rbac.authorization.k8s.io \"node-reader\" is forbidden: user \"lead\" (groups=[\"system:authenticated\"]) is attempting to grant RBAC permissions not currently held"),
+        "{}",
+        text(&out)
+    );
+    // Binding what the lead holds works; binding cluster-admin does not.
+    let out = kubectl_as(
+        &server,
+        &lead,
+        &[
+            "create",
+            "rolebinding",
+            "dev-view",
+            "--clusterrole=view",
+            "--user=dev",
+            "-n",
+            "team",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kubectl_as(
+        &server,
+        &lead,
+        &[
+            "create",
+            "rolebinding",
+            "dev-root",
+            "--clusterrole=cluster-admin",
+            "--user=dev",
+            "-n",
+            "team",
+        ],
+    );
+    assert!(
+        text(&out).contains("rolebindings.rbac.authorization.k8s.io \"dev-root\" is forbidden"),
+        "{}",
+        text(&out)
+    );
+    let out = server.kubectl_with(
+        Path::new("kubectl"),
+        &["get", "rolebindings", "-n", "team", "-o", "name"],
+        None,
+    );
+    assert!(!text(&out).contains("dev-root"), "{}", text(&out));
+}

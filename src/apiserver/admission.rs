@@ -214,6 +214,23 @@ async fn allocate_service(
     Ok(())
 }
 
+/// Refuses RBAC writes that would grant the requester rights it does not hold.
+fn check_rbac_escalation(
+    state: &AppState,
+    info: &ResourceInfo,
+    object: &Value,
+) -> Result<(), ApiError> {
+    let lookup = |plural: &str, namespace: Option<&str>, name: &str| -> Option<Value> {
+        let key = match namespace {
+            Some(ns) => format!("{}{plural}/{ns}/{name}", super::authz::rbac::PREFIX),
+            None => format!("{}{plural}/{name}", super::authz::rbac::PREFIX),
+        };
+        let cached = state.cache.get(&key)?;
+        serde_json::from_slice(&cached.bytes).ok()
+    };
+    super::authz::escalation::check(&state.authz, info, object, &lookup)
+}
+
 /// Runs before a new object is stored.
 pub async fn on_create(
     state: &AppState,
@@ -221,6 +238,7 @@ pub async fn on_create(
     object: &mut Value,
     _dry_run: bool,
 ) -> Result<(), ApiError> {
+    check_rbac_escalation(state, info, object)?;
     if info.group.is_empty() && info.plural == "services" {
         allocate_service(state, info, object).await?;
     }
@@ -232,11 +250,12 @@ pub async fn on_create(
 
 /// Runs before an update is stored: immutable fields stay as they were.
 pub async fn on_update(
-    _state: &AppState,
+    state: &AppState,
     info: &ResourceInfo,
     old: &Value,
     new: &mut Value,
 ) -> Result<(), ApiError> {
+    check_rbac_escalation(state, info, new)?;
     if info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions" {
         let since = old
             .pointer("/status/conditions/0/lastTransitionTime")

@@ -361,7 +361,11 @@ async fn dispatch(
             Ok(b) => b,
             Err(e) => return e.into_response(),
         };
-        match serve(&state, &identity, &parts, &route, &query, &body).await {
+        let served = authz::escalation::REQUESTER.scope(
+            identity.clone(),
+            serve(&state, &identity, &parts, &route, &query, &body),
+        );
+        match served.await {
             Ok(r) => r,
             Err(e) => e.into_response(),
         }

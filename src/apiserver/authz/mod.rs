@@ -7,6 +7,7 @@
 //! Owns the default RBAC policy ([`bootstrap`] stores it at start) and the access-review
 //! APIs ([`reviews`]). Reads the watch cache; writes only through the API's create path.
 
+pub mod escalation;
 pub mod policy;
 pub mod rbac;
 pub mod reviews;
@@ -143,6 +144,11 @@ impl Authorizer {
             return true;
         }
         self.index().allows(who, attrs)
+    }
+
+    /// The effective rules of the ClusterRole `name`.
+    pub fn cluster_role_rules(&self, name: &str) -> Vec<rbac::Rule> {
+        self.index().cluster_role(name)
     }
 
     /// The rules that apply to `who` in `namespace` (for `SelfSubjectRulesReview`).

@@ -271,6 +271,14 @@ impl Index {
         index
     }
 
+    /// The effective rules of a ClusterRole (after aggregation).
+    pub fn cluster_role(&self, name: &str) -> Vec<Rule> {
+        self.cluster_roles
+            .get(name)
+            .map(|r| r.as_ref().clone())
+            .unwrap_or_default()
+    }
+
     fn rules_of(&self, role: &RoleRef, namespace: Option<&str>) -> Option<&Arc<Vec<Rule>>> {
         match role {
             RoleRef::ClusterRole(name) => self.cluster_roles.get(name),
