@@ -144,12 +144,15 @@ fn describe(who: &Identity) -> String {
     format!("user \"{}\" (groups=[{}])", who.user, groups.join(" "))
 }
 
+/// Finds a stored role by (plural, namespace, name).
+pub type RoleLookup<'a> = dyn Fn(&str, Option<&str>, &str) -> Option<Value> + 'a;
+
 /// Checks a Role, ClusterRole, RoleBinding or ClusterRoleBinding about to be stored.
 pub fn check(
     authorizer: &Authorizer,
     info: &ResourceInfo,
     object: &Value,
-    role_lookup: &dyn Fn(&str, Option<&str>, &str) -> Option<Value>,
+    role_lookup: &RoleLookup,
 ) -> Result<(), ApiError> {
     if info.group != "rbac.authorization.k8s.io" {
         return Ok(());
