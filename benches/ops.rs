@@ -5,9 +5,10 @@
 //! * **binary size**: the static release build (`target/x86_64-unknown-linux-gnu/release/k3rs`,
 //!   see the README) when it exists, else the binary cargo built for this bench (release
 //!   settings, dynamically linked against glibc);
-//! * **idle RSS**: VmRSS of `k3rs server` (the agent is not part of the binary yet, so
-//!   `--disable-agent`; containerd would be excluded anyway) after it has been idle for
-//!   60 s;
+//! * **idle RSS**: VmRSS of the `k3rs server` process with its embedded agent (kubelet and
+//!   the kubelet API; containerd is its own process and not counted) after its Node is
+//!   Ready and it has been idle for 60 s. Needs root and containerd (`apt-get install
+//!   containerd runc containernetworking-plugins`); its containerd is stopped afterwards;
 //! * **snapshot save / restore**: a server holding 10,000 Pods created through the API
 //!   (16 concurrent kube-rs clients); `POST /k3rs/v1/etcd-snapshots` timed end to end
 //!   (the size is the snapshot file's), then the server is stopped and
@@ -48,7 +49,7 @@ struct Server {
 }
 
 impl Server {
-    fn start(root: &Path) -> Server {
+    fn start(root: &Path, with_agent: bool) -> Server {
         let port = free_port();
         let data = root.join("data");
         let kubeconfig = root.join("kubeconfig.yaml");
@@ -60,12 +61,16 @@ impl Server {
             .arg(port.to_string())
             .arg("--write-kubeconfig")
             .arg(&kubeconfig)
-            .args([
-                "--disable-agent",
-                "--etcd-disable-snapshots",
-                "--node-name",
-                "bench",
-            ])
+            .args(if with_agent {
+                // A CIDR no test uses, so the bench can run beside them.
+                &["--cluster-cidr", "10.93.0.0/16"][..]
+            } else {
+                &["--disable-agent"][..]
+            })
+            .args(["--etcd-disable-snapshots", "--node-name", "bench"])
+            .env("K3RS_RUN_DIR", root.join("run"))
+            .env("K3RS_POD_LOG_DIR", root.join("pods"))
+            .env("K3RS_KUBELET_PORT", free_port().to_string())
             .env_remove("K3RS_TOKEN")
             .env_remove("K3RS_DATA_DIR")
             .stdout(Stdio::null())
@@ -143,6 +148,48 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // The agent leaves its containerd running on purpose (as k3s does); this one
+        // belongs to the bench, so stop it: every process whose command line names the
+        // bench's data dir.
+        let root = self.data.display().to_string();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&root) {
+                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            }
+        }
+    }
+}
+
+/// Waits until the Node `bench` reports Ready (its embedded agent registered and runs).
+async fn wait_for_ready_node(client: &kube::Client) {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ready = nodes
+            .get_opt("bench")
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|node| {
+                node.status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            });
+        if ready {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the embedded agent's Node did not become Ready in 120 s (root and containerd are \
+             needed: apt-get install containerd runc containernetworking-plugins)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -202,16 +249,30 @@ fn main() {
 
     // Idle RSS.
     let idle_dir = tempfile::tempdir().expect("tempdir");
-    let idle = Server::start(idle_dir.path());
-    runtime.block_on(async { idle.client().await });
+    assert!(
+        unsafe { libc::geteuid() } == 0,
+        "the idle figure runs k3rs server with its agent: run the bench as root"
+    );
+    let idle = Server::start(idle_dir.path(), true);
+    let ready_started = Instant::now();
+    runtime.block_on(async {
+        let client = idle.client().await;
+        wait_for_ready_node(&client).await;
+    });
+    println!(
+        "node Ready {:.1} s after start (embedded agent, own containerd)",
+        ready_started.elapsed().as_secs_f64()
+    );
     std::thread::sleep(Duration::from_secs(idle_secs));
     let idle_rss_mb = idle.rss_mb();
-    println!("idle RSS after {idle_secs} s: {idle_rss_mb:.1} MB (k3rs server --disable-agent)");
+    println!(
+        "idle RSS after {idle_secs} s: {idle_rss_mb:.1} MB (k3rs server with its agent; containerd excluded)"
+    );
     drop(idle);
 
     // Snapshot save and restore with `pods` Pods.
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut server = Server::start(dir.path());
+    let mut server = Server::start(dir.path(), false);
     let (save_ms, snapshot_name, snapshot_size) = runtime.block_on(async {
         let client = server.client().await;
         let started = Instant::now();

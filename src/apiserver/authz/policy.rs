@@ -318,8 +318,9 @@ pub const NODE: &[StaticRule] = &[
         &[""],
         &["nodes"],
     ),
+    // The kubelet reads its Node through `nodes/status` before patching it.
     rule(
-        &["patch", "update"],
+        &["get", "patch", "update"],
         &[""],
         &["nodes/status", "pods/status"],
     ),
