@@ -15,7 +15,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Taint;
 
 use super::args::NodeArgs;
-use super::config::{ConfigError, Kind, Layer, Settings, parse_ip, parse_path, put_many, put_one};
+use super::config::{
+    ConfigError, Kind, Layer, Settings, parse_ip, parse_path, put_bool, put_many, put_one,
+};
+pub use crate::network::FlannelBackend;
 
 /// Default `--pause-image`: built by the agent at start, so no registry is needed.
 pub const DEFAULT_PAUSE_IMAGE: &str = "k3rs.local/pause:3.10";
@@ -33,6 +36,9 @@ pub(super) const NODE_KEYS: &[(&str, Kind)] = &[
     ("private-registry", Kind::One),
     ("resolv-conf", Kind::One),
     ("kubelet-arg", Kind::Args),
+    ("flannel-backend", Kind::One),
+    ("flannel-iface", Kind::One),
+    ("disable-network-policy", Kind::Bool),
 ];
 
 /// The kubelet flags `--kubelet-arg` may set, with what each does (listed in the error for an
@@ -106,6 +112,12 @@ pub struct NodeConfig {
     pub resolv_conf: Option<PathBuf>,
     /// `--kubelet-arg`.
     pub kubelet: KubeletArgs,
+    /// `--flannel-backend` (vxlan unless given).
+    pub flannel_backend: FlannelBackend,
+    /// `--flannel-iface`; `None` uses the interface holding the node IP.
+    pub flannel_iface: Option<String>,
+    /// `--disable-network-policy`.
+    pub disable_network_policy: bool,
 }
 
 /// Adds the node flags given on the command line (or in the environment) to `layer`.
@@ -123,6 +135,9 @@ pub(super) fn cli_layer(args: &NodeArgs, layer: &mut Layer) {
     put_one(layer, "private-registry", &args.private_registry);
     put_one(layer, "resolv-conf", &args.resolv_conf);
     put_many(layer, "kubelet-arg", &args.kubelet_arg);
+    put_one(layer, "flannel-backend", &args.flannel_backend);
+    put_one(layer, "flannel-iface", &args.flannel_iface);
+    put_bool(layer, "disable-network-policy", args.disable_network_policy);
 }
 
 /// Validates the node settings and applies defaults.
@@ -145,6 +160,11 @@ pub(super) fn resolve(s: &Settings) -> Result<NodeConfig, ConfigError> {
     let raw_args = s.many("kubelet-arg", |v| Ok(v.to_string()))?;
     let kubelet = parse_kubelet_args(&raw_args)
         .map_err(|(arg, reason)| s.invalid("kubelet-arg", &arg, reason))?;
+    let flannel_backend = s
+        .one("flannel-backend", |v| v.trim().parse::<FlannelBackend>())?
+        .unwrap_or_default();
+    let flannel_iface = s.one("flannel-iface", parse_iface)?;
+    let disable_network_policy = s.flag("disable-network-policy");
     Ok(NodeConfig {
         node_ips,
         node_external_ips,
@@ -155,7 +175,21 @@ pub(super) fn resolve(s: &Settings) -> Result<NodeConfig, ConfigError> {
         private_registry,
         resolv_conf,
         kubelet,
+        flannel_backend,
+        flannel_iface,
+        disable_network_policy,
     })
+}
+
+/// A Linux interface name: 1–15 bytes, no `/`, whitespace or `:`.
+fn parse_iface(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.is_empty() || s.len() > 15 || s.contains(['/', ':']) || s.contains(char::is_whitespace) {
+        return Err(
+            "expected a network interface name such as eth0 (at most 15 characters)".into(),
+        );
+    }
+    Ok(s.to_string())
 }
 
 /// A label name: an optional DNS-subdomain prefix and `/`, then 1–63 characters of
