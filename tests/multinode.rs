@@ -75,12 +75,18 @@ spec:
     )
 }
 
-/// `wget` from `ns/client` to `http://ip:8080/`: the body, or `None` when it cannot connect
-/// within 3 s.
+/// An HTTP GET from `ns/client` to `ip:8080` (busybox `nc`: the static busybox's `wget`
+/// segfaults, exit 139, in the bare test image): the body, or `None` when it cannot
+/// connect within 3 s.
 fn fetch(cluster: &Cluster, ns: &str, client: &str, ip: &str) -> Option<String> {
-    let url = format!("http://{ip}:8080/");
-    let (ok, out) = cluster.exec(ns, client, &["wget", "-q", "-T", "3", "-O", "-", &url]);
-    ok.then_some(out)
+    let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {ip} 8080");
+    let (ok, out) = cluster.exec(ns, client, &["sh", "-c", &script]);
+    let body = out.split("\r\n\r\n").nth(1).map(str::to_string);
+    if !ok || body.is_none() {
+        eprintln!("{ns}/{client} → {ip}:8080: {}", out.trim());
+        return None;
+    }
+    body
 }
 
 /// The node `i`'s routes with k3rs's protocol (76).
@@ -139,8 +145,19 @@ fn host_gw_two_nodes_pod_to_pod_and_node_removal() {
         k3rs_routes(&cluster, 0).contains(&format!("{cidr1} via {}", cluster.agents[1].ip))
             && k3rs_routes(&cluster, 1).contains(&format!("{cidr0} via {}", cluster.agents[0].ip))
     });
-    let body = fetch(&cluster, "default", "client", &web_ip)
-        .unwrap_or_else(|| panic!("client on {n0} cannot reach {web_ip} on {n1}"));
+    let body = fetch(&cluster, "default", "client", &web_ip).unwrap_or_else(|| {
+        for agent in &cluster.agents {
+            eprintln!(
+                "{}: forwarding={} routes:\n{}",
+                agent.name,
+                agent
+                    .exec_ok("cat", &["/proc/sys/net/ipv4/ip_forward"])
+                    .trim(),
+                agent.exec_ok("ip", &["route"])
+            );
+        }
+        panic!("client on {n0} cannot reach {web_ip} on {n1}")
+    });
     assert_eq!(body.trim(), "hello from web");
 
     // The node goes away: stop its agent (so it does not register again), delete the Node.

@@ -5,7 +5,8 @@
 //! in its air-gap folder. Every cluster takes a free slot `n` (the bridge `k3rs-br<n>` is the
 //! lock) and the cluster CIDR `10.96.<4n>.0/22`, so parallel tests never clash.
 //!
-//! [`Cluster`]'s Drop kills the agents, their containerd, shims and containers, removes the
+//! The cluster's directory is a tmpfs (so the kubelets' disk-pressure checks see it, not the
+//! CI disk). [`Cluster`]'s Drop kills the agents, their containerd, shims and containers, removes the
 //! pod sandboxes' network namespaces, the mounts under the cluster's temp dir, the node
 //! namespaces (with their veths, routes and nftables tables), the bridge and the server — on
 //! failure too. (The containerd cleanup mirrors `tests/kubelet_e2e.rs`'s; the lead may fold
@@ -192,6 +193,19 @@ impl Cluster {
             .tempdir()
             .expect("temp dir")
             .keep();
+        // Node state lives on a tmpfs: the kubelet's DiskPressure and image GC then measure
+        // this cluster, not how full the CI disk is, and nothing of it is left on disk.
+        sh(
+            "mount",
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                "size=4g,mode=0755",
+                "k3rs-cluster",
+                &base.to_string_lossy(),
+            ],
+        );
         let slot = take_slot();
         let bridge = format!("k3rs-br{slot}");
         let bridge_ip = format!("10.97.{slot}.1");
@@ -329,9 +343,6 @@ impl Cluster {
             .args(["--node-ip", &ip])
             .arg("--private-registry")
             .arg(dir.join("registries.yaml"))
-            // CI disks run nearly full: keep image GC out of network tests.
-            .args(["--kubelet-arg", "image-gc-high-threshold=100"])
-            .args(["--kubelet-arg", "image-gc-low-threshold=99"])
             .args(&self.spec.agent_args)
             .env("K3RS_RUN_DIR", dir.join("run"))
             .env("K3RS_POD_LOG_DIR", dir.join("pod-logs"))
