@@ -15,9 +15,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Taint;
 
 use super::args::NodeArgs;
-use super::config::{
-    ConfigError, Kind, Layer, Settings, parse_ip, parse_path, put_bool, put_many, put_one,
-};
+use super::config::{ConfigError, Kind, Layer, Settings, parse_ip, parse_path, put_many, put_one};
+
+use super::config::put_bool;
 pub use crate::network::FlannelBackend;
 
 /// Default `--pause-image`: built by the agent at start, so no registry is needed.
@@ -93,6 +93,12 @@ impl Default for KubeletArgs {
 /// The validated node settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeConfig {
+    /// `--flannel-backend` (vxlan unless given).
+    pub flannel_backend: FlannelBackend,
+    /// `--flannel-iface`; `None` uses the interface holding the node IP.
+    pub flannel_iface: Option<String>,
+    /// `--disable-network-policy`.
+    pub disable_network_policy: bool,
     /// `--node-ip`; empty means "the address that reaches the server".
     pub node_ips: Vec<IpAddr>,
     /// `--node-external-ip`.
@@ -112,12 +118,6 @@ pub struct NodeConfig {
     pub resolv_conf: Option<PathBuf>,
     /// `--kubelet-arg`.
     pub kubelet: KubeletArgs,
-    /// `--flannel-backend` (vxlan unless given).
-    pub flannel_backend: FlannelBackend,
-    /// `--flannel-iface`; `None` uses the interface holding the node IP.
-    pub flannel_iface: Option<String>,
-    /// `--disable-network-policy`.
-    pub disable_network_policy: bool,
 }
 
 /// Adds the node flags given on the command line (or in the environment) to `layer`.
@@ -149,6 +149,11 @@ pub(super) fn resolve(s: &Settings) -> Result<NodeConfig, ConfigError> {
         labels.insert(key, value);
     }
     let taints = s.many("node-taint", parse_taint)?;
+    let flannel_backend = s
+        .one("flannel-backend", |v| v.trim().parse::<FlannelBackend>())?
+        .unwrap_or_default();
+    let flannel_iface = s.one("flannel-iface", parse_iface)?;
+    let disable_network_policy = s.flag("disable-network-policy");
     let container_runtime_endpoint = s.one("container-runtime-endpoint", parse_endpoint)?;
     let pause_image = s
         .one("pause-image", parse_image)?
@@ -160,12 +165,10 @@ pub(super) fn resolve(s: &Settings) -> Result<NodeConfig, ConfigError> {
     let raw_args = s.many("kubelet-arg", |v| Ok(v.to_string()))?;
     let kubelet = parse_kubelet_args(&raw_args)
         .map_err(|(arg, reason)| s.invalid("kubelet-arg", &arg, reason))?;
-    let flannel_backend = s
-        .one("flannel-backend", |v| v.trim().parse::<FlannelBackend>())?
-        .unwrap_or_default();
-    let flannel_iface = s.one("flannel-iface", parse_iface)?;
-    let disable_network_policy = s.flag("disable-network-policy");
     Ok(NodeConfig {
+        flannel_backend,
+        flannel_iface,
+        disable_network_policy,
         node_ips,
         node_external_ips,
         labels,
@@ -175,9 +178,6 @@ pub(super) fn resolve(s: &Settings) -> Result<NodeConfig, ConfigError> {
         private_registry,
         resolv_conf,
         kubelet,
-        flannel_backend,
-        flannel_iface,
-        disable_network_policy,
     })
 }
 
