@@ -160,6 +160,29 @@ fn host_gw_two_nodes_pod_to_pod_and_node_removal() {
     });
     assert_eq!(body.trim(), "hello from web");
 
+    // Reconciled at start: a route of ours left from an earlier run (a node that is gone)
+    // is removed when the agent starts again; its pods keep running and reachable.
+    cluster.stop_agent(0);
+    let stale = format!("10.96.{}.0/24", u32::from(cluster.slot) * 4 + 3);
+    let via = cluster.agents[1].ip.clone();
+    cluster.agents[0].exec_ok("ip", &["route", "add", &stale, "via", &via, "proto", "76"]);
+    cluster.add_agent(0);
+    cluster.eventually(
+        Duration::from_secs(30),
+        "the stale route removed at start",
+        || {
+            let routes = k3rs_routes(&cluster, 0);
+            !routes.contains(&stale) && routes.contains(&cidr1)
+        },
+    );
+    assert_eq!(
+        fetch(&cluster, "default", "client", &web_ip)
+            .as_deref()
+            .map(str::trim),
+        Some("hello from web"),
+        "pods keep working across an agent restart"
+    );
+
     // The node goes away: stop its agent (so it does not register again), delete the Node.
     cluster.stop_agent(1);
     cluster.kubectl_ok(&["delete", "node", &n1, "--wait=false"]);
@@ -331,5 +354,15 @@ fn network_policy_default_deny_then_allow_rules() {
     ));
     cluster.eventually(Duration::from_secs(20), "ipBlock allows", || {
         fetch(&cluster, "outside", "stranger", &web_ip).is_some()
+    });
+
+    // Egress: a default-deny egress policy on the stranger's side stops it again, although
+    // the web pod's ingress would let it in.
+    cluster.apply(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: no-egress\n  \
+         namespace: outside\nspec:\n  podSelector: {}\n  policyTypes: [Egress]\n",
+    );
+    cluster.eventually(Duration::from_secs(20), "egress default deny", || {
+        fetch(&cluster, "outside", "stranger", &web_ip).is_none()
     });
 }
