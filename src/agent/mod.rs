@@ -272,12 +272,30 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
             tracing::error!(error = %format!("{e:#}"), "the kubelet API on :{kubelet_port} stopped");
         }
     });
+    let client_for_network = client.clone();
+    // The pod network across nodes (flannel host-gw/vxlan) and NetworkPolicy: src/network.
+    let network_options = crate::network::NetworkOptions {
+        node_name: options.node_name.clone(),
+        node_ip,
+        backend: options.node.flannel_backend,
+        iface: options.node.flannel_iface.clone(),
+        network_policy: !options.node.disable_network_policy,
+        data_dir: options.data_dir.clone(),
+    };
+    let conflist_options = network_options.conflist();
+    tokio::spawn(async move {
+        if let Err(e) = crate::network::run(client_for_network, network_options).await {
+            tracing::error!(error = %format!("{e:#}"), "the pod network controllers stopped");
+        }
+    });
     notifier.status("Waiting for the Node to be registered");
     let watch = tokio::spawn(watch_own_node(
         client.clone(),
         options.node_name.clone(),
         registered_tx,
-        Arc::new(move |cidrs: &[String]| crate::network::cni::write_conflist(&cni_conf_dir, cidrs)),
+        Arc::new(move |cidrs: &[String]| {
+            crate::network::cni::write_conflist_with(&cni_conf_dir, cidrs, &conflist_options)
+        }),
     ));
     let ready_notifier = notifier.clone();
     let node_name = options.node_name.clone();

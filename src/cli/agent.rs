@@ -282,6 +282,52 @@ mod tests {
     }
 
     #[test]
+    fn flannel_flags_default_parse_and_refuse_unknown_backends() {
+        let base = ["-s", "https://a:6443", "-t", "x"];
+        let c = load_args(&base, &no_file()).expect("valid");
+        assert_eq!(
+            c.node.flannel_backend,
+            crate::network::FlannelBackend::Vxlan
+        );
+        assert_eq!(c.node.flannel_iface, None);
+        assert!(!c.node.disable_network_policy);
+        let args = [
+            &base[..],
+            &[
+                "--flannel-backend=host-gw",
+                "--flannel-iface",
+                "eth1",
+                "--disable-network-policy",
+            ],
+        ]
+        .concat();
+        let c = load_args(&args, &no_file()).expect("valid");
+        assert_eq!(
+            c.node.flannel_backend,
+            crate::network::FlannelBackend::HostGw
+        );
+        assert_eq!(c.node.flannel_iface.as_deref(), Some("eth1"));
+        assert!(c.node.disable_network_policy);
+        let e = load_args(
+            &[&base[..], &["--flannel-backend", "wireguard"]].concat(),
+            &no_file(),
+        )
+        .expect_err("unknown backend")
+        .to_string();
+        assert!(
+            e.contains("--flannel-backend") && e.contains("vxlan, host-gw or none"),
+            "{e}"
+        );
+        let e = load_args(
+            &[&base[..], &["--flannel-iface", "a/b"]].concat(),
+            &no_file(),
+        )
+        .expect_err("bad iface")
+        .to_string();
+        assert!(e.contains("--flannel-iface"), "{e}");
+    }
+
+    #[test]
     fn server_and_token_are_required_and_named() {
         let e = load_args(&["-t", "x"], &no_file())
             .expect_err("no server")

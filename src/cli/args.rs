@@ -373,4 +373,25 @@ pub struct NodeArgs {
     /// max-pods=200
     #[arg(long, value_name = "KEY=VALUE", help_heading = "Agent/flags")]
     pub kubelet_arg: Vec<String>,
+
+    /// (networking) Backend for the pod network across nodes: 'vxlan', 'host-gw' or 'none'
+    /// [default: vxlan]
+    #[arg(long, value_name = "BACKEND", help_heading = "Networking")]
+    pub flannel_backend: Option<String>,
+
+    /// (networking) Override the default flannel interface (else the one holding --node-ip)
+    #[arg(long, value_name = "IFACE", help_heading = "Networking")]
+    pub flannel_iface: Option<String>,
+
+    /// (components) Disable the network policy controller
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+        value_name = "BOOL",
+        help_heading = "Components"
+    )]
+    pub disable_network_policy: Option<bool>,
 }

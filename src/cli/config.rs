@@ -1104,10 +1104,10 @@ mod tests {
     #[test]
     fn unknown_config_key_is_an_error_naming_it() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = write_config(&dir, "data-dir: /x\nflannel-backend: vxlan\n");
+        let path = write_config(&dir, "data-dir: /x\nflannel-conf: /etc/flannel.json\n");
         let e = load_args(&[], &path).expect_err("unknown key").to_string();
-        assert!(e.contains("unknown key \"flannel-backend\""), "{e}");
-        assert!(e.contains("--flannel-backend"), "{e}");
+        assert!(e.contains("unknown key \"flannel-conf\""), "{e}");
+        assert!(e.contains("--flannel-conf"), "{e}");
         let path = write_config(&dir, "config: /etc/other.yaml\n");
         assert!(matches!(
             load_args(&[], &path),

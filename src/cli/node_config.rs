@@ -17,6 +17,9 @@ use k8s_openapi::api::core::v1::Taint;
 use super::args::NodeArgs;
 use super::config::{ConfigError, Kind, Layer, Settings, parse_ip, parse_path, put_many, put_one};
 
+use super::config::put_bool;
+pub use crate::network::FlannelBackend;
+
 /// Default `--pause-image`: built by the agent at start, so no registry is needed.
 pub const DEFAULT_PAUSE_IMAGE: &str = "k3rs.local/pause:3.10";
 /// Default `--private-registry`.
@@ -33,6 +36,9 @@ pub(super) const NODE_KEYS: &[(&str, Kind)] = &[
     ("private-registry", Kind::One),
     ("resolv-conf", Kind::One),
     ("kubelet-arg", Kind::Args),
+    ("flannel-backend", Kind::One),
+    ("flannel-iface", Kind::One),
+    ("disable-network-policy", Kind::Bool),
 ];
 
 /// The kubelet flags `--kubelet-arg` may set, with what each does (listed in the error for an
@@ -87,6 +93,12 @@ impl Default for KubeletArgs {
 /// The validated node settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeConfig {
+    /// `--flannel-backend` (vxlan unless given).
+    pub flannel_backend: FlannelBackend,
+    /// `--flannel-iface`; `None` uses the interface holding the node IP.
+    pub flannel_iface: Option<String>,
+    /// `--disable-network-policy`.
+    pub disable_network_policy: bool,
     /// `--node-ip`; empty means "the address that reaches the server".
     pub node_ips: Vec<IpAddr>,
     /// `--node-external-ip`.
@@ -123,6 +135,9 @@ pub(super) fn cli_layer(args: &NodeArgs, layer: &mut Layer) {
     put_one(layer, "private-registry", &args.private_registry);
     put_one(layer, "resolv-conf", &args.resolv_conf);
     put_many(layer, "kubelet-arg", &args.kubelet_arg);
+    put_one(layer, "flannel-backend", &args.flannel_backend);
+    put_one(layer, "flannel-iface", &args.flannel_iface);
+    put_bool(layer, "disable-network-policy", args.disable_network_policy);
 }
 
 /// Validates the node settings and applies defaults.
@@ -134,6 +149,11 @@ pub(super) fn resolve(s: &Settings) -> Result<NodeConfig, ConfigError> {
         labels.insert(key, value);
     }
     let taints = s.many("node-taint", parse_taint)?;
+    let flannel_backend = s
+        .one("flannel-backend", |v| v.trim().parse::<FlannelBackend>())?
+        .unwrap_or_default();
+    let flannel_iface = s.one("flannel-iface", parse_iface)?;
+    let disable_network_policy = s.flag("disable-network-policy");
     let container_runtime_endpoint = s.one("container-runtime-endpoint", parse_endpoint)?;
     let pause_image = s
         .one("pause-image", parse_image)?
@@ -146,6 +166,9 @@ pub(super) fn resolve(s: &Settings) -> Result<NodeConfig, ConfigError> {
     let kubelet = parse_kubelet_args(&raw_args)
         .map_err(|(arg, reason)| s.invalid("kubelet-arg", &arg, reason))?;
     Ok(NodeConfig {
+        flannel_backend,
+        flannel_iface,
+        disable_network_policy,
         node_ips,
         node_external_ips,
         labels,
@@ -156,6 +179,17 @@ pub(super) fn resolve(s: &Settings) -> Result<NodeConfig, ConfigError> {
         resolv_conf,
         kubelet,
     })
+}
+
+/// A Linux interface name: 1–15 bytes, no `/`, whitespace or `:`.
+fn parse_iface(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.is_empty() || s.len() > 15 || s.contains(['/', ':']) || s.contains(char::is_whitespace) {
+        return Err(
+            "expected a network interface name such as eth0 (at most 15 characters)".into(),
+        );
+    }
+    Ok(s.to_string())
 }
 
 /// A label name: an optional DNS-subdomain prefix and `/`, then 1–63 characters of

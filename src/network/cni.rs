@@ -1,7 +1,9 @@
 //! The CNI conflist containerd's CRI plugin reads (`<data-dir>/agent/etc/cni/net.d/
-//! 10-k3rs.conflist`): a `cni0` bridge that is the pods' gateway, masquerades their traffic
-//! off the node and allows hairpin, host-local IPAM on the node's podCIDR(s) (one range per
-//! address family), then `portmap` for `hostPort`s. The loopback interface is brought up by
+//! 10-k3rs.conflist`): a `cni0` bridge that is the pods' gateway and allows hairpin (and
+//! masquerades their traffic off the node unless flannel's own rules do, see
+//! [`ConflistOptions`]), host-local IPAM on the node's podCIDR(s) (one range per address
+//! family, its state in the agent's data dir so agents sharing a host never collide), then
+//! `portmap` for `hostPort`s. The loopback interface is brought up by
 //! containerd itself. Plugins come from the OS package (`containernetworking-plugins`).
 //!
 //! Writes that one file (atomically: temp file + rename) and nothing else.
@@ -27,8 +29,38 @@ pub fn default_plugin_dir() -> PathBuf {
     }
 }
 
-/// Renders the conflist for `pod_cidrs` (the Node's `spec.podCIDRs`).
+/// The knobs of the conflist that depend on the pod network backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConflistOptions {
+    /// The bridge plugin's `ipMasq` (masquerade everything leaving the pod subnet). Off when
+    /// flannel masquerades only traffic leaving the whole pod network.
+    pub ip_masq: bool,
+    /// The bridge (and so the pods') MTU; `None` lets the plugin use the default.
+    pub mtu: Option<u32>,
+    /// host-local's `dataDir`; `None` is the plugin's `/var/lib/cni/networks`.
+    pub ipam_data_dir: Option<PathBuf>,
+}
+
+impl Default for ConflistOptions {
+    fn default() -> Self {
+        Self {
+            ip_masq: true,
+            mtu: None,
+            ipam_data_dir: None,
+        }
+    }
+}
+
+/// Renders the conflist for `pod_cidrs` (the Node's `spec.podCIDRs`) with the defaults.
 pub fn render_conflist(pod_cidrs: &[String]) -> anyhow::Result<String> {
+    render_conflist_with(pod_cidrs, &ConflistOptions::default())
+}
+
+/// Renders the conflist for `pod_cidrs` with `options`.
+pub fn render_conflist_with(
+    pod_cidrs: &[String],
+    options: &ConflistOptions,
+) -> anyhow::Result<String> {
     if pod_cidrs.is_empty() {
         anyhow::bail!("no pod CIDR: the node has no spec.podCIDRs yet");
     }
@@ -53,22 +85,30 @@ pub fn render_conflist(pod_cidrs: &[String]) -> anyhow::Result<String> {
             "dst": if ip.is_ipv4() { "0.0.0.0/0" } else { "::/0" }
         }));
     }
+    let mut ipam = serde_json::json!({
+        "type": "host-local",
+        "ranges": ranges,
+        "routes": routes,
+    });
+    if let Some(dir) = &options.ipam_data_dir {
+        ipam["dataDir"] = serde_json::json!(dir.display().to_string());
+    }
+    let mut bridge = serde_json::json!({
+        "type": "bridge",
+        "bridge": BRIDGE_NAME,
+        "isGateway": true,
+        "ipMasq": options.ip_masq,
+        "hairpinMode": true,
+        "ipam": ipam,
+    });
+    if let Some(mtu) = options.mtu {
+        bridge["mtu"] = serde_json::json!(mtu);
+    }
     let conf = serde_json::json!({
         "cniVersion": "1.0.0",
         "name": NETWORK_NAME,
         "plugins": [
-            {
-                "type": "bridge",
-                "bridge": BRIDGE_NAME,
-                "isGateway": true,
-                "ipMasq": true,
-                "hairpinMode": true,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": ranges,
-                    "routes": routes,
-                },
-            },
+            bridge,
             {
                 "type": "portmap",
                 "capabilities": { "portMappings": true },
@@ -82,7 +122,16 @@ pub fn render_conflist(pod_cidrs: &[String]) -> anyhow::Result<String> {
 
 /// Writes `10-k3rs.conflist` into `conf_dir` if its content differs; `Ok(true)` when it changed.
 pub fn write_conflist(conf_dir: &Path, pod_cidrs: &[String]) -> anyhow::Result<bool> {
-    let text = render_conflist(pod_cidrs)?;
+    write_conflist_with(conf_dir, pod_cidrs, &ConflistOptions::default())
+}
+
+/// [`write_conflist`] with `options`.
+pub fn write_conflist_with(
+    conf_dir: &Path,
+    pod_cidrs: &[String],
+    options: &ConflistOptions,
+) -> anyhow::Result<bool> {
+    let text = render_conflist_with(pod_cidrs, options)?;
     let path = conf_dir.join(CONFLIST_NAME);
     if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
         return Ok(false);
@@ -141,6 +190,28 @@ mod tests {
         assert_eq!(bridge["ipam"]["routes"][1]["dst"], "::/0");
         assert_eq!(v["plugins"][1]["type"], "portmap");
         assert_eq!(v["plugins"][1]["capabilities"]["portMappings"], true);
+    }
+
+    #[test]
+    fn flannel_options_turn_masquerade_off_and_set_mtu_and_ipam_dir() {
+        let options = ConflistOptions {
+            ip_masq: false,
+            mtu: Some(1450),
+            ipam_data_dir: Some(PathBuf::from("/var/lib/k3rs/agent/cni/networks")),
+        };
+        let text = render_conflist_with(&["10.42.3.0/24".to_string()], &options).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let bridge = &v["plugins"][0];
+        assert_eq!(bridge["ipMasq"], false);
+        assert_eq!(bridge["mtu"], 1450);
+        assert_eq!(
+            bridge["ipam"]["dataDir"],
+            "/var/lib/k3rs/agent/cni/networks"
+        );
+        let default = render_conflist(&["10.42.3.0/24".to_string()]).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&default).unwrap();
+        assert!(v["plugins"][0].get("mtu").is_none());
+        assert!(v["plugins"][0]["ipam"].get("dataDir").is_none());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod images;
 
 use std::net::TcpListener;

@@ -1,0 +1,368 @@
+//! A real cluster across network namespaces (root): `k3rs server --disable-agent` on a test
+//! bridge and two `k3rs agent`s, each in its own network namespace with its own containerd
+//! (`tests/support/cluster.rs`). Covers issue 5's second node (joins with the token, runs a
+//! scheduled pod), pod → pod across nodes with host-gw and with vxlan, a deleted node's
+//! routes disappearing from the other node, and NetworkPolicy (default deny, then allow by
+//! podSelector, namespaceSelector and ipBlock).
+//!
+//! Prints `FIGURE multinode agent_start_to_ready_ms=…` per cluster (agent process start to its
+//! Node Ready with a podCIDR).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::cluster::{Cluster, ClusterSpec};
+
+const IMAGE: &str = "k3rs.test/busybox:1";
+
+fn report_ready_times(cluster: &Cluster, backend: &str) {
+    let times: Vec<String> = cluster
+        .agents
+        .iter()
+        .map(|a| format!("{}", a.ready_in.map_or(0, |d| d.as_millis())))
+        .collect();
+    println!(
+        "FIGURE multinode backend={backend} agent_start_to_ready_ms={}",
+        times.join(",")
+    );
+}
+
+/// A busybox httpd on `node` answering `hello from <pod name>` on :8080.
+fn web_pod(ns: &str, name: &str, node: &str, labels: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: {ns}
+  labels: {{{labels}}}
+spec:
+  nodeSelector:
+    kubernetes.io/hostname: {node}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: web
+    image: {IMAGE}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "mkdir -p /www && echo hello from {name} > /www/index.html && exec httpd -f -p 8080 -h /www"]
+    ports:
+    - name: http
+      containerPort: 8080
+"#
+    )
+}
+
+/// A busybox that sleeps on `node`, for `kubectl exec … wget`.
+fn client_pod(ns: &str, name: &str, node: &str, labels: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: {ns}
+  labels: {{{labels}}}
+spec:
+  nodeSelector:
+    kubernetes.io/hostname: {node}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: client
+    image: {IMAGE}
+    imagePullPolicy: Never
+    command: ["sleep", "3600"]
+"#
+    )
+}
+
+/// An HTTP GET from `ns/client` to `ip:8080` (busybox `nc`: the static busybox's `wget`
+/// segfaults, exit 139, in the bare test image): the body, or `None` when it cannot
+/// connect within 3 s.
+fn fetch(cluster: &Cluster, ns: &str, client: &str, ip: &str) -> Option<String> {
+    let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {ip} 8080");
+    let (ok, out) = cluster.exec(ns, client, &["sh", "-c", &script]);
+    let body = out.split("\r\n\r\n").nth(1).map(str::to_string);
+    if !ok || body.is_none() {
+        eprintln!("{ns}/{client} → {ip}:8080: {}", out.trim());
+        return None;
+    }
+    body
+}
+
+/// The node `i`'s routes with k3rs's protocol (76).
+fn k3rs_routes(cluster: &Cluster, i: usize) -> String {
+    cluster.agents[i].exec_ok("ip", &["-4", "route", "show", "proto", "76"])
+}
+
+fn pod_cidr(cluster: &Cluster, node: &str) -> String {
+    cluster
+        .kubectl_ok(&["get", "node", node, "-o", "jsonpath={.spec.podCIDR}"])
+        .trim()
+        .to_string()
+}
+
+/// host-gw: both nodes Ready with podCIDRs, the second node (joined with the token) runs a
+/// scheduled pod, pods reach each other across nodes, and deleting a node removes its route
+/// on the other one.
+#[test]
+fn host_gw_two_nodes_pod_to_pod_and_node_removal() {
+    let mut cluster = Cluster::start(ClusterSpec::new(2).agent_arg("--flannel-backend=host-gw"));
+    report_ready_times(&cluster, "host-gw");
+    let (n0, n1) = (
+        cluster.agents[0].name.clone(),
+        cluster.agents[1].name.clone(),
+    );
+    let cidr0 = pod_cidr(&cluster, &n0);
+    let cidr1 = pod_cidr(&cluster, &n1);
+    assert_ne!(cidr0, cidr1, "each node has its own podCIDR");
+    assert!(
+        cidr1.starts_with(&format!("10.96.{}.", u32::from(cluster.slot) * 4))
+            || cidr1.starts_with(&format!("10.96.{}.", u32::from(cluster.slot) * 4 + 1)),
+        "{cidr1} from --cluster-cidr {}",
+        cluster.cluster_cidr
+    );
+    let annotations = cluster.kubectl_ok(&[
+        "get",
+        "node",
+        &n1,
+        "-o",
+        "jsonpath={.metadata.annotations.flannel\\.alpha\\.coreos\\.com/backend-type}",
+    ]);
+    assert_eq!(annotations.trim(), "host-gw");
+
+    cluster.apply(&web_pod("default", "web", &n1, "app: web"));
+    cluster.apply(&client_pod("default", "client", &n0, "role: client"));
+    let web_ip = cluster.wait_pod_running("default", "web", Duration::from_secs(90));
+    cluster.wait_pod_running("default", "client", Duration::from_secs(90));
+    let scheduled = cluster.kubectl_ok(&["get", "pod", "web", "-o", "jsonpath={.spec.nodeName}"]);
+    assert_eq!(
+        scheduled, n1,
+        "the scheduler placed the pod on the second node"
+    );
+
+    // node 0 routes node 1's podCIDR via node 1's address, and the reverse.
+    cluster.eventually(Duration::from_secs(20), "host-gw routes", || {
+        k3rs_routes(&cluster, 0).contains(&format!("{cidr1} via {}", cluster.agents[1].ip))
+            && k3rs_routes(&cluster, 1).contains(&format!("{cidr0} via {}", cluster.agents[0].ip))
+    });
+    let body = fetch(&cluster, "default", "client", &web_ip).unwrap_or_else(|| {
+        for agent in &cluster.agents {
+            eprintln!(
+                "{}: forwarding={} routes:\n{}",
+                agent.name,
+                agent
+                    .exec_ok("cat", &["/proc/sys/net/ipv4/ip_forward"])
+                    .trim(),
+                agent.exec_ok("ip", &["route"])
+            );
+        }
+        panic!("client on {n0} cannot reach {web_ip} on {n1}")
+    });
+    assert_eq!(body.trim(), "hello from web");
+
+    // Reconciled at start: a route of ours left from an earlier run (a node that is gone)
+    // is removed when the agent starts again; its pods keep running and reachable.
+    cluster.stop_agent(0);
+    let stale = format!("10.96.{}.0/24", u32::from(cluster.slot) * 4 + 3);
+    let via = cluster.agents[1].ip.clone();
+    cluster.agents[0].exec_ok("ip", &["route", "add", &stale, "via", &via, "proto", "76"]);
+    cluster.add_agent(0);
+    cluster.eventually(
+        Duration::from_secs(30),
+        "the stale route removed at start",
+        || {
+            let routes = k3rs_routes(&cluster, 0);
+            !routes.contains(&stale) && routes.contains(&cidr1)
+        },
+    );
+    assert_eq!(
+        fetch(&cluster, "default", "client", &web_ip)
+            .as_deref()
+            .map(str::trim),
+        Some("hello from web"),
+        "pods keep working across an agent restart"
+    );
+
+    // The node goes away: stop its agent (so it does not register again), delete the Node.
+    cluster.stop_agent(1);
+    cluster.kubectl_ok(&["delete", "node", &n1, "--wait=false"]);
+    cluster.eventually(
+        Duration::from_secs(30),
+        "the deleted node's route removed",
+        || !k3rs_routes(&cluster, 0).contains(&cidr1),
+    );
+    assert!(
+        fetch(&cluster, "default", "client", &web_ip).is_none(),
+        "no route to a deleted node's pods"
+    );
+}
+
+/// vxlan (the default): flannel.1 with the VTEP published in the Node annotations, routes
+/// onlink through it, FDB entries to the peer, and pod → pod across nodes.
+#[test]
+fn vxlan_two_nodes_pod_to_pod() {
+    let cluster = Cluster::start(ClusterSpec::new(2));
+    report_ready_times(&cluster, "vxlan");
+    let (n0, n1) = (
+        cluster.agents[0].name.clone(),
+        cluster.agents[1].name.clone(),
+    );
+    let cidr1 = pod_cidr(&cluster, &n1);
+    let mut mac1 = String::new();
+    cluster.eventually(Duration::from_secs(30), "n1's VTEP annotation", || {
+        let data = cluster.kubectl_ok(&[
+            "get",
+            "node",
+            &n1,
+            "-o",
+            "jsonpath={.metadata.annotations.flannel\\.alpha\\.coreos\\.com/backend-data}",
+        ]);
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&data) else {
+            return false;
+        };
+        mac1 = v["VtepMAC"].as_str().unwrap_or_default().to_string();
+        v["VNI"] == 1 && !mac1.is_empty()
+    });
+    let public_ip = cluster.kubectl_ok(&[
+        "get",
+        "node",
+        &n1,
+        "-o",
+        "jsonpath={.metadata.annotations.flannel\\.alpha\\.coreos\\.com/public-ip}",
+    ]);
+    assert_eq!(public_ip, cluster.agents[1].ip);
+    let link = cluster.agents[1].exec_ok("ip", &["-d", "link", "show", "flannel.1"]);
+    assert!(link.contains(&mac1), "{link}");
+    assert!(
+        link.contains("vxlan id 1") && link.contains("dstport 8472"),
+        "{link}"
+    );
+
+    let gateway = cidr1.trim_end_matches("/24");
+    cluster.eventually(
+        Duration::from_secs(20),
+        "vxlan route, neighbour and fdb",
+        || {
+            let routes = k3rs_routes(&cluster, 0);
+            let fdb = cluster.agents[0].exec_ok("bridge", &["fdb", "show", "dev", "flannel.1"]);
+            routes.contains(&format!("{cidr1} via {gateway} dev flannel.1"))
+                && routes.contains("onlink")
+                && fdb.contains(&format!("{mac1} dst {}", cluster.agents[1].ip))
+        },
+    );
+
+    cluster.apply(&web_pod("default", "web", &n1, "app: web"));
+    cluster.apply(&client_pod("default", "client", &n0, "role: client"));
+    let web_ip = cluster.wait_pod_running("default", "web", Duration::from_secs(90));
+    cluster.wait_pod_running("default", "client", Duration::from_secs(90));
+    let started = Instant::now();
+    let body = fetch(&cluster, "default", "client", &web_ip)
+        .unwrap_or_else(|| panic!("client on {n0} cannot reach {web_ip} on {n1} over vxlan"));
+    assert_eq!(body.trim(), "hello from web");
+    println!("vxlan fetch took {:?}", started.elapsed());
+}
+
+/// NetworkPolicy across nodes: a default-deny policy blocks, then allow rules re-open —
+/// podSelector (same namespace only), namespaceSelector, ipBlock.
+#[test]
+fn network_policy_default_deny_then_allow_rules() {
+    let cluster = Cluster::start(ClusterSpec::new(2));
+    let (n0, n1) = (
+        cluster.agents[0].name.clone(),
+        cluster.agents[1].name.clone(),
+    );
+    cluster.apply(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: np\n  labels: {team: a}\n---\n\
+         apiVersion: v1\nkind: Namespace\nmetadata:\n  name: outside\n  labels: {team: b}\n",
+    );
+    cluster.apply(&web_pod("np", "web", &n0, "app: web"));
+    cluster.apply(&client_pod("np", "friend", &n1, "role: client"));
+    cluster.apply(&client_pod("outside", "stranger", &n1, "role: client"));
+    // Also a client on the web pod's own node: its traffic crosses the bridge only.
+    cluster.apply(&client_pod("np", "neighbour", &n0, "role: other"));
+    let web_ip = cluster.wait_pod_running("np", "web", Duration::from_secs(90));
+    cluster.wait_pod_running("np", "friend", Duration::from_secs(90));
+    let stranger_ip = cluster.wait_pod_running("outside", "stranger", Duration::from_secs(90));
+    cluster.wait_pod_running("np", "neighbour", Duration::from_secs(90));
+    cluster.eventually(Duration::from_secs(30), "open before any policy", || {
+        fetch(&cluster, "np", "friend", &web_ip).is_some()
+            && fetch(&cluster, "outside", "stranger", &web_ip).is_some()
+            && fetch(&cluster, "np", "neighbour", &web_ip).is_some()
+    });
+
+    cluster.apply(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: deny\n  \
+         namespace: np\nspec:\n  podSelector: {}\n  policyTypes: [Ingress]\n",
+    );
+    cluster.eventually(Duration::from_secs(20), "default deny blocks", || {
+        fetch(&cluster, "np", "friend", &web_ip).is_none()
+            && fetch(&cluster, "np", "neighbour", &web_ip).is_none()
+    });
+    let table = cluster.agents[0].exec_ok("nft", &["list", "table", "inet", "k3rs-netpol"]);
+    assert!(
+        table.contains(&format!("ip daddr {web_ip} jump")),
+        "{table}"
+    );
+
+    // podSelector, on the named port: the friend (same namespace) gets in, the stranger in
+    // another namespace with the same labels does not.
+    cluster.apply(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: friends\n  \
+         namespace: np\nspec:\n  podSelector:\n    matchLabels: {app: web}\n  ingress:\n  - from:\n    \
+         - podSelector:\n        matchLabels: {role: client}\n    ports:\n    - port: http\n",
+    );
+    cluster.eventually(
+        Duration::from_secs(20),
+        "podSelector allows the friend",
+        || fetch(&cluster, "np", "friend", &web_ip).is_some(),
+    );
+    assert!(fetch(&cluster, "outside", "stranger", &web_ip).is_none());
+    assert!(fetch(&cluster, "np", "neighbour", &web_ip).is_none());
+
+    // namespaceSelector: the whole `outside` namespace.
+    cluster.apply(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: team-b\n  \
+         namespace: np\nspec:\n  podSelector: {}\n  ingress:\n  - from:\n    - namespaceSelector:\n        \
+         matchLabels: {team: b}\n",
+    );
+    cluster.eventually(Duration::from_secs(20), "namespaceSelector allows", || {
+        fetch(&cluster, "outside", "stranger", &web_ip).is_some()
+    });
+    cluster.kubectl_ok(&["delete", "networkpolicy", "-n", "np", "team-b"]);
+    cluster.eventually(
+        Duration::from_secs(20),
+        "removing the rule closes again",
+        || fetch(&cluster, "outside", "stranger", &web_ip).is_none(),
+    );
+
+    // ipBlock with except: the node-0 neighbour's /24 minus the neighbour's own address stays
+    // closed; the stranger's /32 opens.
+    cluster.apply(&format!(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: block\n  \
+         namespace: np\nspec:\n  podSelector: {{}}\n  ingress:\n  - from:\n    - ipBlock:\n        \
+         cidr: {stranger_ip}/24\n        except: [{stranger_ip}/32]\n",
+    ));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        fetch(&cluster, "outside", "stranger", &web_ip).is_none(),
+        "except keeps the stranger out"
+    );
+    cluster.apply(&format!(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: block\n  \
+         namespace: np\nspec:\n  podSelector: {{}}\n  ingress:\n  - from:\n    - ipBlock:\n        \
+         cidr: {stranger_ip}/32\n",
+    ));
+    cluster.eventually(Duration::from_secs(20), "ipBlock allows", || {
+        fetch(&cluster, "outside", "stranger", &web_ip).is_some()
+    });
+
+    // Egress: a default-deny egress policy on the stranger's side stops it again, although
+    // the web pod's ingress would let it in.
+    cluster.apply(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: no-egress\n  \
+         namespace: outside\nspec:\n  podSelector: {}\n  policyTypes: [Egress]\n",
+    );
+    cluster.eventually(Duration::from_secs(20), "egress default deny", || {
+        fetch(&cluster, "outside", "stranger", &web_ip).is_none()
+    });
+}
