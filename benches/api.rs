@@ -52,14 +52,15 @@
 
 #[path = "support/etcd.rs"]
 mod etcd;
+#[path = "support/server.rs"]
+mod server;
 #[path = "support/stats.rs"]
 mod stats;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -70,7 +71,6 @@ use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -80,6 +80,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Endpoint;
 
 use etcd::{EtcdServer, KvClient};
+use server::k3rs_bin;
 use stats::{
     Latencies, Summary, Table, fmt_bytes, fmt_duration, fmt_rate, fmt_ratio, fmt_thousands,
 };
@@ -289,11 +290,6 @@ async fn run(settings: Settings) -> Result<()> {
 // The k3rs server process
 // ---------------------------------------------------------------------------------
 
-/// The binary cargo built for this bench (bench profile).
-fn k3rs_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_k3rs"))
-}
-
 fn k3rs_version() -> String {
     match Command::new(k3rs_bin()).arg("--version").output() {
         Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
@@ -307,26 +303,19 @@ fn k3rs_version() -> String {
     }
 }
 
-/// A loopback port that was free a moment ago (bound to port 0, then released).
-fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("binding a free loopback port")?;
-    Ok(listener
-        .local_addr()
-        .context("reading the address of a bound socket")?
-        .port())
-}
-
-/// A running `k3rs server --disable-agent` with a private data directory; killed
-/// on drop.
+/// The shared bench server (`support/server.rs`) plus the time it took to answer
+/// `/readyz`; derefs to the server.
 struct K3rsServer {
-    child: Child,
-    port: u16,
-    kubeconfig: PathBuf,
-    log_path: PathBuf,
+    server: server::K3rsServer,
     /// Time from spawn to the first `200` from `/readyz`.
     ready_in: Duration,
-    // Dropped after `child` is killed (see `Drop`), removing the data directory.
-    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for K3rsServer {
+    type Target = server::K3rsServer;
+    fn deref(&self) -> &server::K3rsServer {
+        &self.server
+    }
 }
 
 impl K3rsServer {
@@ -338,182 +327,50 @@ impl K3rsServer {
     /// [`Self::start`] with `extra` flags after the standard ones.
     /// `settings.server_args` come last; `extra` flags already among them are skipped.
     async fn start_with(settings: &Settings, tls: &ProbeTls, extra: &[&str]) -> Result<K3rsServer> {
-        let dir = tempfile::Builder::new()
-            .prefix("k3rs-api-bench-")
-            .tempdir()
-            .context("creating a temporary directory for the server")?;
-        let port = free_port()?;
-        let kubeconfig = dir.path().join("kc.yaml");
-        let log_path = dir.path().join("server.log");
-        let log = std::fs::File::create(&log_path)
-            .with_context(|| format!("creating {}", log_path.display()))?;
-        let log_err = log
-            .try_clone()
-            .with_context(|| format!("duplicating the handle of {}", log_path.display()))?;
-        let mut command = Command::new(k3rs_bin());
-        command
-            .arg("server")
-            .arg("--disable-agent")
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .args(["--bind-address", "127.0.0.1"])
-            .args(["--https-listen-port", &port.to_string()])
-            .arg("--write-kubeconfig")
-            .arg(&kubeconfig)
-            .args(
-                extra
-                    .iter()
-                    .filter(|flag| !settings.server_args.iter().any(|a| a == *flag)),
-            )
-            .args(&settings.server_args)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err);
-        // The server reads K3RS_* settings from the environment; keep ours out.
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("K3RS_") {
-                command.env_remove(name);
-            }
-        }
+        let args: Vec<&str> = extra
+            .iter()
+            .copied()
+            .filter(|flag| !settings.server_args.iter().any(|a| a == flag))
+            .chain(settings.server_args.iter().map(String::as_str))
+            .collect();
         let spawned = Instant::now();
-        let child = command
-            .spawn()
-            .with_context(|| format!("starting {}", k3rs_bin().display()))?;
-        let mut server = K3rsServer {
-            child,
-            port,
-            kubeconfig,
-            log_path,
-            ready_in: Duration::ZERO,
-            _dir: dir,
-        };
-        server.ready_in = server.wait_ready(tls, spawned).await?;
+        let mut server = server::K3rsServer::spawn("k3rs-api-bench-", &args)?;
+        let ready_in = wait_ready(&mut server, tls, spawned).await?;
         server.wait_for_kubeconfig().await?;
-        Ok(server)
+        Ok(K3rsServer { server, ready_in })
     }
 
-    /// Polls `/readyz` (a new TLS connection each time, 1 ms apart) until it answers
-    /// `200`; returns the time since `spawned`.
-    async fn wait_ready(&mut self, tls: &ProbeTls, spawned: Instant) -> Result<Duration> {
-        loop {
-            if let Some(status) = self
-                .child
-                .try_wait()
-                .context("checking whether the server is still running")?
-            {
-                bail!(
-                    "k3rs server exited during startup ({status}); {} ends with:\n{}",
-                    self.log_path.display(),
-                    self.log_tail()
-                );
-            }
-            let last =
-                match tokio::time::timeout(Duration::from_secs(2), tls.readyz(self.port)).await {
-                    Ok(Ok(200)) => return Ok(spawned.elapsed()),
-                    Ok(Ok(code)) => format!("/readyz answered {code}"),
-                    Ok(Err(e)) => format!("{e:#}"),
-                    Err(_) => "/readyz did not answer within 2 s".to_owned(),
-                };
-            if spawned.elapsed() > READY_TIMEOUT {
-                bail!(
-                    "k3rs server not ready within {READY_TIMEOUT:?} (last: {last}); {} ends with:\n{}",
-                    self.log_path.display(),
-                    self.log_tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
-
-    /// The admin kubeconfig is written before the server is ready; make sure.
-    async fn wait_for_kubeconfig(&self) -> Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !self.kubeconfig.exists() {
-            ensure!(
-                Instant::now() < deadline,
-                "{} missing although the server is ready",
-                self.kubeconfig.display()
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        Ok(())
-    }
-
-    /// A new client (with its own connection pool) from the admin kubeconfig.
-    async fn client(&self) -> Result<kube::Client> {
-        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
-            .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("loading {}", self.kubeconfig.display()))?;
-        kube::Client::try_from(config).context("building a kube client")
-    }
-
-    /// `n` independent clients.
-    async fn clients(&self, n: usize) -> Result<Vec<kube::Client>> {
-        let mut clients = Vec::with_capacity(n);
-        for _ in 0..n {
-            clients.push(self.client().await?);
-        }
-        Ok(clients)
-    }
-
-    /// The server's resident set size (`VmRSS`) and its peak (`VmHWM`), in bytes.
-    fn memory(&self) -> Result<(u64, u64)> {
-        let path = format!("/proc/{}/status", self.child.id());
-        let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-        let field = |name: &str| -> Result<u64> {
-            let line = status
-                .lines()
-                .find_map(|line| line.strip_prefix(name))
-                .with_context(|| format!("{path} has no {name} line"))?;
-            let kib: u64 = line
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse()
-                .with_context(|| format!("unexpected {name} line in {path}: {line:?}"))?;
-            Ok(kib * 1024)
-        };
-        Ok((field("VmRSS:")?, field("VmHWM:")?))
-    }
-
-    fn log_tail(&self) -> String {
-        match std::fs::read_to_string(&self.log_path) {
-            Ok(text) => {
-                let lines: Vec<&str> = text.lines().collect();
-                lines[lines.len().saturating_sub(20)..].join("\n")
-            }
-            Err(e) => format!("(could not read {}: {e})", self.log_path.display()),
-        }
-    }
-
-    /// SIGTERM, then SIGKILL if it has not exited within 10 s.
-    async fn stop(mut self) {
-        // Errors mean the process is already gone.
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        // `Drop` kills it.
+    async fn stop(self) {
+        self.server.stop().await
     }
 }
 
-impl Drop for K3rsServer {
-    fn drop(&mut self) {
-        // Errors here mean the process is already gone; nothing else to clean up.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// Polls `/readyz` (a new TLS connection each time, 1 ms apart) until it answers
+/// `200`; returns the time since `spawned`.
+async fn wait_ready(
+    server: &mut server::K3rsServer,
+    tls: &ProbeTls,
+    spawned: Instant,
+) -> Result<Duration> {
+    loop {
+        server
+            .check_running()
+            .context("k3rs server failed during startup")?;
+        let last = match tokio::time::timeout(Duration::from_secs(2), tls.readyz(server.port)).await
+        {
+            Ok(Ok(200)) => return Ok(spawned.elapsed()),
+            Ok(Ok(code)) => format!("/readyz answered {code}"),
+            Ok(Err(e)) => format!("{e:#}"),
+            Err(_) => "/readyz did not answer within 2 s".to_owned(),
+        };
+        if spawned.elapsed() > READY_TIMEOUT {
+            bail!(
+                "k3rs server not ready within {READY_TIMEOUT:?} (last: {last}); {} ends with:\n{}",
+                server.log_path.display(),
+                server.log_tail()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 

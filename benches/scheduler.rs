@@ -24,13 +24,12 @@
 //! the report states with the CPU count. Without `--bench` (e.g. `cargo test
 //! --benches`) it runs with tiny sizes as a smoke test.
 
+#[path = "support/server.rs"]
+mod server;
 #[path = "support/stats.rs"]
 mod stats;
 
 use std::collections::HashMap;
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -40,9 +39,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
+use server::{K3rsServer, k3rs_bin, load_average};
 use stats::{Latencies, fmt_duration, fmt_rate, per_second};
 
 /// Concurrent clients creating nodes and pods.
@@ -98,13 +97,16 @@ async fn run(sizes: Sizes) -> Result<()> {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         load_average(),
     );
-    let server = K3rsServer::start(&[
-        "--kube-controller-manager-arg",
-        "node-monitor-grace-period=1h",
-        "--kube-controller-manager-arg",
-        "node-startup-grace-period=1h",
-    ])
-    .await?;
+    let mut server = K3rsServer::spawn(
+        "k3rs-sched-bench-",
+        &[
+            "--kube-controller-manager-arg",
+            "node-monitor-grace-period=1h",
+            "--kube-controller-manager-arg",
+            "node-startup-grace-period=1h",
+        ],
+    )?;
+    server.wait_for_api(READY_TIMEOUT).await?;
     let clients = server.clients(CLIENTS).await?;
     let admin = clients[0].clone();
 
@@ -469,180 +471,5 @@ impl BoundWatch {
 impl Drop for BoundWatch {
     fn drop(&mut self) {
         self.task.abort();
-    }
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-fn k3rs_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_k3rs"))
-}
-
-fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("binding a free loopback port")?;
-    Ok(listener
-        .local_addr()
-        .context("reading a bound address")?
-        .port())
-}
-
-/// A running `k3rs server --disable-agent` with a private data directory; killed
-/// on drop.
-struct K3rsServer {
-    child: Child,
-    kubeconfig: PathBuf,
-    log_path: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl K3rsServer {
-    async fn start(extra: &[&str]) -> Result<K3rsServer> {
-        let dir = tempfile::Builder::new()
-            .prefix("k3rs-sched-bench-")
-            .tempdir()
-            .context("creating a temporary directory for the server")?;
-        let port = free_port()?;
-        let kubeconfig = dir.path().join("kc.yaml");
-        let log_path = dir.path().join("server.log");
-        let log = std::fs::File::create(&log_path)
-            .with_context(|| format!("creating {}", log_path.display()))?;
-        let log_err = log.try_clone().context("duplicating the log handle")?;
-        let mut command = Command::new(k3rs_bin());
-        command
-            .arg("server")
-            .arg("--disable-agent")
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .args(["--bind-address", "127.0.0.1"])
-            .args(["--https-listen-port", &port.to_string()])
-            .arg("--write-kubeconfig")
-            .arg(&kubeconfig)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err);
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("K3RS_") {
-                command.env_remove(name);
-            }
-        }
-        let child = command
-            .spawn()
-            .with_context(|| format!("starting {}", k3rs_bin().display()))?;
-        let mut server = K3rsServer {
-            child,
-            kubeconfig,
-            log_path,
-            _dir: dir,
-        };
-        server.wait_ready().await?;
-        Ok(server)
-    }
-
-    /// Waits for the kubeconfig and a successful API call.
-    async fn wait_ready(&mut self) -> Result<()> {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().context("checking the server")? {
-                bail!(
-                    "k3rs server exited during startup ({status}); {} ends with:\n{}",
-                    self.log_path.display(),
-                    self.log_tail()
-                );
-            }
-            if self.kubeconfig.exists()
-                && let Ok(client) = self.client().await
-                && client.apiserver_version().await.is_ok()
-            {
-                let nodes: Api<Node> = Api::all(client);
-                if nodes.list(&Default::default()).await.is_ok() {
-                    return Ok(());
-                }
-            }
-            if started.elapsed() > READY_TIMEOUT {
-                bail!(
-                    "k3rs server not ready within {READY_TIMEOUT:?}; {} ends with:\n{}",
-                    self.log_path.display(),
-                    self.log_tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn client(&self) -> Result<kube::Client> {
-        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
-            .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("loading {}", self.kubeconfig.display()))?;
-        kube::Client::try_from(config).context("building a kube client")
-    }
-
-    async fn clients(&self, n: usize) -> Result<Vec<kube::Client>> {
-        let mut clients = Vec::with_capacity(n);
-        for _ in 0..n {
-            clients.push(self.client().await?);
-        }
-        Ok(clients)
-    }
-
-    /// VmRSS and VmHWM in bytes.
-    fn memory(&self) -> Result<(u64, u64)> {
-        let path = format!("/proc/{}/status", self.child.id());
-        let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-        let field = |name: &str| -> Result<u64> {
-            let line = status
-                .lines()
-                .find_map(|line| line.strip_prefix(name))
-                .with_context(|| format!("{path} has no {name} line"))?;
-            let kib: u64 = line
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse()
-                .with_context(|| format!("unexpected {name} line in {path}: {line:?}"))?;
-            Ok(kib * 1024)
-        };
-        Ok((field("VmRSS:")?, field("VmHWM:")?))
-    }
-
-    fn log_tail(&self) -> String {
-        match std::fs::read_to_string(&self.log_path) {
-            Ok(text) => {
-                let lines: Vec<&str> = text.lines().collect();
-                lines[lines.len().saturating_sub(20)..].join("\n")
-            }
-            Err(e) => format!("(could not read {}: {e})", self.log_path.display()),
-        }
-    }
-
-    async fn stop(mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
-impl Drop for K3rsServer {
-    fn drop(&mut self) {
-        // Errors mean the process is already gone.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -36,7 +36,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, Semaphore, watch};
 
-use crate::controllers::events::{EventType, Recorder, reference};
+use crate::controllers::events::{EventSink, EventType, Recorder, reference};
 use framework::{Cache, FitError, PodInfo, pod_key};
 
 /// The scheduler name pods opt into (`spec.schedulerName`).
@@ -44,6 +44,11 @@ pub const SCHEDULER_NAME: &str = "default-scheduler";
 
 /// How long a pod we bound may stay unconfirmed by the watch before we forget it.
 const ASSUME_TTL: Duration = Duration::from_secs(30);
+
+/// Events waiting to be written (client-go's broadcaster queues 1,000).
+const EVENT_QUEUE: usize = 1000;
+/// Event writes in flight at once.
+const EVENT_WRITERS: usize = 8;
 
 /// Tunables; [`Config::default`] matches kube-scheduler.
 #[derive(Clone, Debug)]
@@ -275,7 +280,7 @@ impl Queue {
 struct State {
     cache: Cache,
     /// Pending pods (no nodeName, our scheduler name), by key.
-    pending: HashMap<String, Arc<Pod>>,
+    pending: HashMap<String, PendingPod>,
     queue: Queue,
     nodes_synced: bool,
     assigned_synced: bool,
@@ -288,7 +293,10 @@ struct Shared {
     state: Mutex<State>,
     wake: Notify,
     client: kube::Client,
-    recorder: Recorder,
+    /// Scheduled / FailedScheduling events, written in the background so an Event
+    /// write never delays the next binding (dropped when the queue is full, as
+    /// client-go's broadcaster does).
+    events: EventSink,
     config: Config,
 }
 
@@ -325,7 +333,11 @@ pub async fn run_with(client: kube::Client, config: Config) {
     let shared = Arc::new(Shared {
         state: Mutex::new(State::default()),
         wake: Notify::new(),
-        recorder: Recorder::new(client.clone(), SCHEDULER_NAME),
+        events: EventSink::spawn(
+            Recorder::new(client.clone(), SCHEDULER_NAME),
+            EVENT_QUEUE,
+            EVENT_WRITERS,
+        ),
         client: client.clone(),
         config: config.clone(),
     });
@@ -400,6 +412,35 @@ async fn watch_nodes(shared: Arc<Shared>) {
     }
 }
 
+/// A pending pod as the scheduler keeps it between attempts: the fields scheduling
+/// reads (see [`slim_pending`]) serialized as JSON, parsed again when the pod is
+/// popped. A parsed `Pod` costs several kilobytes of small allocations even when
+/// slimmed; thousands of pods waiting (for nodes, or behind a burst of creations)
+/// would otherwise be the scheduler's largest memory use.
+struct PendingPod {
+    uid: Option<String>,
+    /// Hash of the slimmed spec: a change makes it a new scheduling problem.
+    spec_digest: u64,
+    json: Box<[u8]>,
+}
+
+impl PendingPod {
+    fn new(pod: &Pod) -> Result<PendingPod, serde_json::Error> {
+        let spec = serde_json::to_vec(&pod.spec)?;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        hasher.write(&spec);
+        Ok(PendingPod {
+            uid: pod.metadata.uid.clone(),
+            spec_digest: hasher.finish(),
+            json: serde_json::to_vec(pod)?.into_boxed_slice(),
+        })
+    }
+
+    fn pod(&self) -> Result<Pod, serde_json::Error> {
+        serde_json::from_slice(&self.json)
+    }
+}
+
 fn apply_pending(st: &mut State, pod: Pod) {
     let key = pod_key(&pod);
     if !is_pending_for_us(&pod) {
@@ -407,13 +448,21 @@ fn apply_pending(st: &mut State, pod: Pod) {
         st.queue.forget(&key);
         return;
     }
-    let pod = Arc::new(slim_pending(pod));
-    let retry = match st.pending.insert(key.clone(), pod.clone()) {
+    let pending = match PendingPod::new(&slim_pending(pod)) {
+        Ok(p) => p,
+        Err(e) => {
+            // Cannot happen for a Pod that was just deserialized; never lose it silently.
+            tracing::error!(pod = %key, error = %e, "could not keep a pending pod");
+            return;
+        }
+    };
+    let retry = match st.pending.get(&key) {
         // A changed spec or a new incarnation is a new scheduling problem; a status
         // update (our own PodScheduled condition) is not.
-        Some(old) => old.spec != pod.spec || old.metadata.uid != pod.metadata.uid,
+        Some(old) => old.spec_digest != pending.spec_digest || old.uid != pending.uid,
         None => true,
     };
+    st.pending.insert(key.clone(), pending);
     if retry {
         st.queue.activate(&key);
     }
@@ -701,15 +750,22 @@ async fn schedule_loop(shared: Arc<Shared>, mut leader: watch::Receiver<bool>) {
 async fn schedule_one(shared: &Arc<Shared>, binds: &Arc<Semaphore>, key: &str, rng: &mut Rng) {
     let (pod, result) = {
         let mut st = shared.lock();
-        let Some(pod) = st.pending.get(key).cloned() else {
+        let Some(pending) = st.pending.get(key) else {
             return;
         };
         // Already bound by us, waiting for the watch to catch up.
         if let Some(info) = st.cache.assigned(key)
-            && Some(&info.uid) == pod.metadata.uid.as_ref()
+            && Some(&info.uid) == pending.uid.as_ref()
         {
             return;
         }
+        let pod = match pending.pod() {
+            Ok(pod) => Arc::new(pod),
+            Err(e) => {
+                tracing::error!(pod = %key, error = %e, "could not read back a pending pod");
+                return;
+            }
+        };
         let result = st.cache.find_node(&pod, &mut || rng.next());
         match &result {
             Ok(node) => st.cache.add_pod(key, PodInfo::new(&pod, node, false)),
@@ -779,9 +835,8 @@ async fn bind(shared: &Arc<Shared>, key: &str, pod: &Pod, node: &str) {
             tracing::debug!(pod = %key, node, "bound");
             let message = format!("Successfully assigned {namespace}/{name} to {node}");
             shared
-                .recorder
-                .record(&reference(pod), EventType::Normal, "Scheduled", &message)
-                .await;
+                .events
+                .emit(reference(pod), EventType::Normal, "Scheduled", message);
         }
         Err(e) => {
             let gone_or_bound = e.downcast_ref::<kube::Error>().is_some_and(
@@ -841,15 +896,12 @@ async fn report_unschedulable(shared: &Arc<Shared>, pod: &Pod, fit: &FitError) {
             tracing::warn!(pod = %format!("{namespace}/{name}"), error = %e, "could not set PodScheduled=False");
         }
     }
-    shared
-        .recorder
-        .record(
-            &reference(pod),
-            EventType::Warning,
-            "FailedScheduling",
-            &message,
-        )
-        .await;
+    shared.events.emit(
+        reference(pod),
+        EventType::Warning,
+        "FailedScheduling",
+        message,
+    );
 }
 
 fn now_time() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
@@ -925,5 +977,87 @@ mod queue_tests {
         q.activate("a");
         assert_eq!(q.next_ready().as_deref(), Some("a"));
         assert_eq!(q.next_ready(), None);
+    }
+}
+
+#[cfg(test)]
+mod pending_tests {
+    use super::*;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).expect("valid pod")
+    }
+
+    fn sample(image: &str, condition: &str) -> Pod {
+        pod(serde_json::json!({
+            "metadata": {
+                "name": "web", "namespace": "default", "uid": "u1",
+                "labels": {"app": "web"},
+                "annotations": {"big": "x".repeat(4096)},
+                "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+            },
+            "spec": {
+                "schedulerName": SCHEDULER_NAME,
+                "tolerations": [{"key": "k", "operator": "Exists"}],
+                "containers": [{
+                    "name": "c", "image": image,
+                    "env": [{"name": "A", "value": "b"}],
+                    "resources": {"requests": {"cpu": "100m"}},
+                    "ports": [{"containerPort": 80, "hostPort": 8080}],
+                }],
+            },
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": condition},
+                {"type": "Other", "status": "True"},
+            ]},
+        }))
+    }
+
+    #[test]
+    fn pending_pods_keep_what_scheduling_reads() {
+        let full = sample("nginx", "0/1 nodes are available");
+        let kept = PendingPod::new(&slim_pending(full.clone())).expect("serializes");
+        assert!(kept.json.len() < 1024, "kept {} bytes", kept.json.len());
+        let back = kept.pod().expect("parses");
+        assert_eq!(back.metadata.uid.as_deref(), Some("u1"));
+        assert_eq!(back.metadata.labels, full.metadata.labels);
+        assert_eq!(back.metadata.annotations, None);
+        assert_eq!(back.metadata.managed_fields, None);
+        let spec = back.spec.as_ref().expect("spec");
+        assert_eq!(
+            spec.tolerations,
+            full.spec.as_ref().expect("spec").tolerations
+        );
+        assert_eq!(
+            spec.containers[0].resources,
+            full.spec.as_ref().expect("spec").containers[0].resources
+        );
+        assert_eq!(
+            spec.containers[0].ports,
+            full.spec.as_ref().expect("spec").containers[0].ports
+        );
+        assert_eq!(spec.containers[0].env, None);
+        let conditions = back.status.and_then(|s| s.conditions).expect("conditions");
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0].type_, "PodScheduled");
+    }
+
+    #[test]
+    fn only_spec_or_uid_changes_requeue_a_pending_pod() {
+        let mut st = State::default();
+        apply_pending(&mut st, sample("nginx", "a"));
+        assert_eq!(st.queue.next_ready().as_deref(), Some("default/web"));
+        // Our own condition update: not a new scheduling problem.
+        apply_pending(&mut st, sample("nginx", "b"));
+        assert_eq!(st.queue.next_ready(), None);
+        // A changed spec is.
+        apply_pending(&mut st, sample("nginx:2", "b"));
+        assert_eq!(st.queue.next_ready().as_deref(), Some("default/web"));
+        // So is a new incarnation under the same name.
+        let mut again = sample("nginx:2", "b");
+        again.metadata.uid = Some("u2".into());
+        apply_pending(&mut st, again);
+        assert_eq!(st.queue.next_ready().as_deref(), Some("default/web"));
+        assert_eq!(st.pending.len(), 1);
     }
 }
