@@ -117,10 +117,12 @@ where
     store
 }
 
-/// Runs the DNS server until the future is dropped. Fails if a listener cannot be bound.
-pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
-    let shared = Arc::new(Shared::new(View::build(&config.domain, &[], &[], 1)));
-    let config = Arc::new(config);
+/// Binds every listen address (UDP and TCP) and serves queries from `shared` in background
+/// tasks; returns their handles.
+pub async fn serve(
+    config: Arc<Config>,
+    shared: Arc<Shared>,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
     let mut servers = Vec::new();
     for addr in &config.listen {
         let udp = UdpSocket::bind(addr)
@@ -136,6 +138,14 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
         )));
         servers.push(tokio::spawn(serve_tcp(tcp, shared.clone(), config.clone())));
     }
+    Ok(servers)
+}
+
+/// Runs the DNS server until the future is dropped. Fails if a listener cannot be bound.
+pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
+    let shared = Arc::new(Shared::new(View::build(&config.domain, &[], &[], 1)));
+    let config = Arc::new(config);
+    let servers = serve(config.clone(), shared.clone()).await?;
     tracing::info!(listen = ?config.listen, domain = %config.domain, upstreams = ?config.upstreams, "cluster DNS started");
     let changed = Arc::new(Notify::new());
     let services = reflect(kube::Api::<Service>::all(client.clone()), changed.clone());

@@ -13,8 +13,11 @@
 //!   `numgen random mod N` over `endpoint-…` chains), an `external-…` chain for NodePort /
 //!   LoadBalancer / external IP traffic (masquerade when the policy is Cluster), a `local-…`
 //!   chain over this node's endpoints for the Local policies;
-//! - per endpoint an `endpoint-…` chain: hairpin masquerade, the affinity set update, DNAT;
-//! - `nat-postrouting` → `masquerading`, which masquerades packets carrying the 0x4000 mark.
+//! - DNAT straight from a `numgen random mod N map { i : addr . port }` (no chain per
+//!   endpoint: loading 10,000 chains costs the kernel seconds); with session affinity an
+//!   `endpoint-…` chain per endpoint instead (the affinity set update, then DNAT);
+//! - `nat-postrouting` marks hairpin flows (`saddr . daddr` in `hairpin-endpoints`), then
+//!   `masquerading` masquerades packets carrying the 0x4000 mark.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -364,6 +367,10 @@ pub fn render(family: Family, ports: &[ServicePort], options: &RenderOptions) ->
     );
     rs.rule("nat-prerouting", "jump services".into());
     rs.rule("nat-output", "jump services".into());
+    rs.rule(
+        "nat-postrouting",
+        format!("ct status dnat {f} saddr . {f} daddr @hairpin-endpoints jump mark-for-masquerade"),
+    );
     rs.rule("nat-postrouting", "jump masquerading".into());
     rs.rule(
         "mark-for-masquerade",
@@ -400,6 +407,14 @@ pub fn render(family: Family, ports: &[ServicePort], options: &RenderOptions) ->
             },
         );
     }
+    rs.sets.insert(
+        "hairpin-endpoints".into(),
+        Set {
+            kind: "set",
+            decl: format!("type {at} . {at};"),
+            elements: BTreeMap::new(),
+        },
+    );
     rs.sets.insert(
         "nodeport-ips".into(),
         Set {
@@ -460,15 +475,46 @@ fn balance(
             );
         }
     }
+    if port.affinity_timeout.is_some() {
+        // Affinity needs a chain per endpoint (each updates its own set).
+        let arms: Vec<String> = endpoints
+            .iter()
+            .enumerate()
+            .map(|(i, e)| format!("{i} : goto {}", endpoint_chain(port, e)))
+            .collect();
+        rs.rule(
+            chain,
+            format!(
+                "numgen random mod {} vmap {{ {} }}",
+                endpoints.len(),
+                arms.join(", ")
+            ),
+        );
+        return;
+    }
+    // Without affinity the DNAT target comes straight from a numgen-keyed map: no chain
+    // per endpoint, which keeps a 10,000-endpoint table cheap for the kernel to load.
+    let proto = port.protocol.nft();
+    if let [only] = endpoints {
+        rs.rule(
+            chain,
+            format!(
+                "meta l4proto {proto} dnat to {}:{}",
+                addr(family, &only.ip),
+                only.port
+            ),
+        );
+        return;
+    }
     let arms: Vec<String> = endpoints
         .iter()
         .enumerate()
-        .map(|(i, e)| format!("{i} : goto {}", endpoint_chain(port, e)))
+        .map(|(i, e)| format!("{i} : {} . {}", e.ip, e.port))
         .collect();
     rs.rule(
         chain,
         format!(
-            "numgen random mod {} vmap {{ {} }}",
+            "meta l4proto {proto} dnat {f} addr . port to numgen random mod {} map {{ {} }}",
             endpoints.len(),
             arms.join(", ")
         ),
@@ -497,30 +543,33 @@ fn render_port(rs: &mut Ruleset, family: Family, port: &ServicePort, cluster_cid
         .into_iter()
         .filter(|e| family.matches(&e.ip))
         .collect();
-    // Endpoint chains for every endpoint some path may use.
+    // Every endpoint some path may use: hairpin traffic (an endpoint reaching itself through
+    // the Service) is masqueraded in postrouting; with affinity each gets a chain.
     let mut used: BTreeSet<&Endpoint> = all.iter().copied().collect();
     used.extend(local.iter().copied());
     for endpoint in &used {
-        let chain = endpoint_chain(port, endpoint);
-        rs.rule(
-            &chain,
-            format!("{f} saddr {} jump mark-for-masquerade", endpoint.ip),
+        rs.element(
+            "hairpin-endpoints",
+            format!("{} . {}", endpoint.ip, endpoint.ip),
+            String::new(),
         );
-        if let Some(timeout) = port.affinity_timeout {
-            let set = affinity_set(port, endpoint);
-            rs.sets.insert(
-                set.clone(),
-                Set {
-                    kind: "set",
-                    decl: format!(
-                        "type {}; flags dynamic,timeout; timeout {timeout}s;",
-                        family.addr_type()
-                    ),
-                    elements: BTreeMap::new(),
-                },
-            );
-            rs.rule(&chain, format!("update @{set} {{ {f} saddr }}"));
-        }
+        let Some(timeout) = port.affinity_timeout else {
+            continue;
+        };
+        let chain = endpoint_chain(port, endpoint);
+        let set = affinity_set(port, endpoint);
+        rs.sets.insert(
+            set.clone(),
+            Set {
+                kind: "set",
+                decl: format!(
+                    "type {}; flags dynamic,timeout; timeout {timeout}s;",
+                    family.addr_type()
+                ),
+                elements: BTreeMap::new(),
+            },
+        );
+        rs.rule(&chain, format!("update @{set} {{ {f} saddr }}"));
         rs.rule(
             &chain,
             format!(

@@ -80,17 +80,16 @@ fn cluster_ip_balances_over_ready_endpoints_and_masquerades_off_cluster_sources(
         rules[0],
         "ip saddr != { 10.42.0.0/16 } jump mark-for-masquerade"
     );
-    assert!(
-        rules[1].starts_with("numgen random mod 2 vmap { 0 : goto endpoint-"),
-        "{rules:?}"
-    );
-    let ep = endpoint_chain(&svc, &svc.endpoints[0]);
     assert_eq!(
-        rs.chains[&ep].rules,
-        [
-            "ip saddr 10.42.0.5 jump mark-for-masquerade",
-            "meta l4proto tcp dnat to 10.42.0.5:8080"
-        ]
+        rules[1],
+        "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map \
+         { 0 : 10.42.0.5 . 8080, 1 : 10.42.1.6 . 8080 }"
+    );
+    assert!(!rs.chains.keys().any(|c| c.starts_with("endpoint-")));
+    assert!(
+        rs.sets["hairpin-endpoints"]
+            .elements
+            .contains_key("10.42.0.5 . 10.42.0.5")
     );
     assert!(rs.sets["no-endpoint-services"].elements.is_empty());
     assert_eq!(
@@ -134,7 +133,8 @@ fn session_affinity_uses_one_timeout_set_per_endpoint() {
         endpoint_chain(&svc, &svc.endpoints[1])
     )));
     let ep_rules = &rs.chains[&endpoint_chain(&svc, &svc.endpoints[1])].rules;
-    assert_eq!(ep_rules[1], format!("update @{set} {{ ip saddr }}"));
+    assert_eq!(ep_rules[0], format!("update @{set} {{ ip saddr }}"));
+    assert_eq!(ep_rules[1], "meta l4proto tcp dnat to 10.42.0.6:8080");
 }
 
 #[test]
@@ -152,8 +152,10 @@ fn node_port_with_local_policy_only_uses_local_endpoints_and_drops_without_them(
         format!("goto {external}")
     );
     let local = chain_name("local", &format!("{}/external", svc.id()));
-    assert!(rs.chains[&local].rules[0].starts_with("numgen random mod 1 "));
-    assert!(rs.chains[&local].rules[0].contains(&endpoint_chain(&svc, &svc.endpoints[0])));
+    assert_eq!(
+        rs.chains[&local].rules,
+        ["meta l4proto tcp dnat to 10.42.0.5:8080"]
+    );
     // Without a local endpoint NodePort traffic is dropped, ClusterIP traffic still works.
     svc.endpoints[0].local = false;
     let rs = render(Family::V4, std::slice::from_ref(&svc), &options());
@@ -201,17 +203,12 @@ fn internal_local_policy_without_local_endpoints_drops() {
 
 #[test]
 fn diff_touches_only_what_changed() {
-    let before = render(
-        Family::V4,
-        &[port("web", vec![endpoint("10.42.0.5", true)])],
-        &options(),
-    );
+    let mut web = port("web", vec![endpoint("10.42.0.5", true)]);
+    web.affinity_timeout = Some(60);
+    let before = render(Family::V4, std::slice::from_ref(&web), &options());
     assert_eq!(before.diff_text(&before), "");
-    let after = render(
-        Family::V4,
-        &[port("web", vec![endpoint("10.42.0.7", true)])],
-        &options(),
-    );
+    web.endpoints = vec![endpoint("10.42.0.7", true)];
+    let after = render(Family::V4, std::slice::from_ref(&web), &options());
     let diff = after.diff_text(&before);
     let lines: Vec<&str> = diff.lines().collect();
     assert!(
@@ -227,9 +224,15 @@ fn diff_touches_only_what_changed() {
     );
     assert!(
         lines
+            .iter()
+            .any(|l| l.starts_with("delete chain ip k3rs endpoint-")),
+        "{diff}"
+    );
+    assert!(
+        lines
             .last()
             .expect("lines")
-            .starts_with("delete chain ip k3rs endpoint-"),
+            .starts_with("delete set ip k3rs affinity-"),
         "{diff}"
     );
     assert!(lines.iter().all(|l| !l.contains("service-ips")), "{diff}");
@@ -240,8 +243,8 @@ fn ipv6_table_brackets_dnat_addresses() {
     let mut svc = port("v6", vec![endpoint("fd00:42::5", true)]);
     svc.cluster_ips = vec![ip("fd00:43::20")];
     let rs = render(Family::V6, std::slice::from_ref(&svc), &options());
-    let ep = &rs.chains[&endpoint_chain(&svc, &svc.endpoints[0])].rules;
-    assert_eq!(ep[1], "meta l4proto tcp dnat to [fd00:42::5]:8080");
+    let rules = &rs.chains[&chain_name("service", &svc.id())].rules;
+    assert_eq!(rules[1], "meta l4proto tcp dnat to [fd00:42::5]:8080");
     assert!(
         rs.sets["service-ips"]
             .elements
@@ -279,7 +282,17 @@ fn generated_rulesets_are_accepted_by_nft() {
     let mut v6 = port("v6", vec![endpoint("fd00:42::5", true)]);
     v6.cluster_ips = vec![ip("fd00:43::20")];
     v6.affinity_timeout = Some(60);
-    let ports = [sticky, local, udp, empty, v6];
+    let mut v6_many = port(
+        "v6many",
+        vec![endpoint("fd00:42::6", true), endpoint("fd00:42::7", true)],
+    );
+    v6_many.cluster_ips = vec![ip("fd00:43::21")];
+    let mut many = port(
+        "many",
+        vec![endpoint("10.42.0.10", true), endpoint("10.42.0.11", true)],
+    );
+    many.cluster_ips = vec![ip("10.43.0.23")];
+    let ports = [sticky, local, udp, empty, v6, v6_many, many];
     let mut opts = options();
     opts.table = format!("k3rs-unit-{}", std::process::id());
     opts.cluster_cidrs.push("fd00:42::/56".into());
