@@ -202,6 +202,45 @@ async fn cluster_dns_answers_from_services_and_forwards_the_rest() {
     );
     assert!(reply.flags & 0x0400 != 0, "authoritative");
 
+    // The server made the kube-dns Service at --cluster-dns (k3s's ports), and it resolves.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let reply = loop {
+        let reply = ask_udp(
+            listen,
+            "kube-dns.kube-system.svc.cluster.local",
+            wire::TYPE_A,
+        )
+        .await;
+        if !reply.answers.is_empty() {
+            break reply;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kube-dns never resolved: {reply:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        reply.answers[0].data,
+        RData::A("10.43.0.10".parse().expect("ip"))
+    );
+    let reply = ask_udp(
+        listen,
+        "_dns-tcp._tcp.kube-dns.kube-system.svc.cluster.local",
+        wire::TYPE_SRV,
+    )
+    .await;
+    assert!(
+        matches!(&reply.answers[0].data, RData::Srv { port: 53, .. }),
+        "{reply:?}"
+    );
+    let kube_system: Api<EndpointSlice> = Api::namespaced(client.clone(), "kube-system");
+    let dns_slice = kube_system
+        .get("kube-dns-k3rs")
+        .await
+        .expect("the kube-dns EndpointSlice");
+    assert_eq!(dns_slice.ports.expect("ports").len(), 2);
+
     // Over TCP too.
     let reply = ask_tcp(listen, "web.default.svc.cluster.local", wire::TYPE_A).await;
     assert_eq!(reply.answers.len(), 1);

@@ -4,11 +4,13 @@
 //! - [`wire`]: the DNS message codec (hand-written: it is small, and no crate here would
 //!   save more than it costs).
 //! - [`view`]: the in-memory view and CoreDNS `kubernetes`-plugin answers (pure).
+//! - [`bootstrap`]: the server's `kube-system/kube-dns` Service and its EndpointSlice.
 //! - [`run`]: the watchers that rebuild the view, the UDP and TCP listeners, forwarding to
 //!   the upstream resolvers (from `--resolv-conf`; loopback servers are skipped as k3s does).
 //!
 //! An API client only: it may not touch `store` or `apiserver` internals.
 
+pub mod bootstrap;
 pub mod view;
 pub mod wire;
 
