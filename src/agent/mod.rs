@@ -4,7 +4,8 @@
 //!
 //! [`run`] is the orchestrator: 1. credentials (the join protocol in [`join`], or the embedded
 //! server's own certificates), 2. the container runtime, 3. the kubelet and its API server,
-//! 4. a watch on its own Node that rewrites the CNI conflist when `spec.podCIDRs` is set.
+//! 4. kube-proxy and the cluster DNS server, 5. a watch on its own Node that rewrites the
+//! CNI conflist when `spec.podCIDRs` is set.
 //! Progress goes to systemd (`STATUS=`; `READY=1` once the Node is registered).
 //!
 //! Owns `<data-dir>/agent/` except what the kubelet keeps there. It is an API client only:
@@ -288,6 +289,37 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
             tracing::error!(error = %format!("{e:#}"), "the pod network controllers stopped");
         }
     });
+    // Node networking for Services: kube-proxy (nftables) and the cluster DNS server on the
+    // node address, port 53 (the kube-dns Service's endpoints; see dns::bootstrap).
+    {
+        let node_ips = credentials.node_ips.clone();
+        let proxy_config =
+            crate::proxy::Config::new(&options.node_name, node_ips.clone(), Vec::new());
+        let proxy_client = client.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::proxy::run(proxy_client, proxy_config).await {
+                tracing::error!(error = %format!("{e:#}"), "kube-proxy stopped");
+            }
+        });
+        let resolv = resolv_conf(options.node.resolv_conf.as_deref());
+        let upstreams = crate::dns::upstreams_from_resolv_conf(
+            &std::fs::read_to_string(&resolv).unwrap_or_default(),
+        );
+        let dns_config = crate::dns::Config {
+            listen: node_ips
+                .iter()
+                .map(|ip| std::net::SocketAddr::new(*ip, 53))
+                .collect(),
+            domain: options.cluster_domain.clone(),
+            upstreams,
+        };
+        let dns_client = client.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::dns::run(dns_client, dns_config).await {
+                tracing::error!(error = %format!("{e:#}"), "cluster DNS stopped");
+            }
+        });
+    }
     notifier.status("Waiting for the Node to be registered");
     let watch = tokio::spawn(watch_own_node(
         client.clone(),

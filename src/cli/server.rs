@@ -183,6 +183,11 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         let client = component_client(&prepared, "client-controller", &local_url)
             .await
             .context("building the controller-manager's client")?;
+        // The cluster DNS Service and its slice of node DNS servers (see dns::bootstrap).
+        tokio::spawn(crate::dns::bootstrap::run(
+            client.clone(),
+            config.cluster_dns,
+        ));
         tokio::spawn(crate::controllers::run(client, config.controllers.clone()));
     }
     if !config.disable_scheduler {

@@ -1,4 +1,182 @@
-//! kube-proxy in nftables mode: renders the whole `k3rs` nftables table from Services and
-//! EndpointSlices watched through the API and applies it atomically with `nft -f -`.
+//! kube-proxy in nftables mode: renders the whole `k3rs` nftables table (`ip k3rs`, and
+//! `ip6 k3rs` on dual-stack nodes) from Services and EndpointSlices watched through the API
+//! and applies it atomically with `nft -f -`.
 //!
-//! An API client only: it may not touch `store` or `apiserver` internals.
+//! - [`model`]: API objects → one `ServicePort` per Service port, with endpoint selection
+//!   (ready, else serving-terminating; local ones for the Local traffic policies).
+//! - [`render`]: pure; service ports + node addresses → the table's chains, sets and maps
+//!   (kube-proxy's nftables layout) and the text of a full or partial update.
+//! - [`apply`]: runs `nft`, detects hand edits, sets the bridge/forwarding sysctls, deletes
+//!   stale UDP conntrack entries.
+//! - [`run`]: the watch + sync loop: changes are coalesced (a minimum interval between syncs,
+//!   1 s by default), partial updates normally, a full replacement when the kernel's table no
+//!   longer matches what was applied (checked every resync interval, 30 s by default).
+//!
+//! An API client only: it may not touch `store` or `apiserver` internals, nor any nftables
+//! table but its own (NetworkPolicy lives in `inet k3rs-netpol`, owned by `network`).
+
+pub mod apply;
+pub mod model;
+pub mod render;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::Notify;
+
+pub use apply::{Host, SyncKind, Syncer};
+pub use render::{Family, RenderOptions};
+
+/// The proxy's settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// This node's name: endpoints with this `nodeName` are local.
+    pub node_name: String,
+    /// The node's addresses; NodePorts answer on them.
+    pub node_ips: Vec<IpAddr>,
+    /// `--cluster-cidr`: ClusterIP traffic from outside these is masqueraded.
+    pub cluster_cidrs: Vec<String>,
+    /// The nftables table name (`k3rs`).
+    pub table: String,
+    /// Minimum time between two syncs (bursts of changes are coalesced).
+    pub min_sync_interval: Duration,
+    /// How often the kernel's table is compared with what was applied (and repaired).
+    pub resync_interval: Duration,
+    /// Apply the rules inside this named network namespace (`ip netns exec`) instead of the
+    /// current one.
+    pub netns: Option<String>,
+}
+
+impl Config {
+    /// kube-proxy's defaults for `node_name`.
+    pub fn new(node_name: &str, node_ips: Vec<IpAddr>, cluster_cidrs: Vec<String>) -> Config {
+        Config {
+            node_name: node_name.to_string(),
+            node_ips,
+            cluster_cidrs,
+            table: "k3rs".to_string(),
+            min_sync_interval: Duration::from_secs(1),
+            resync_interval: Duration::from_secs(30),
+            netns: None,
+        }
+    }
+
+    /// IPv4 always; IPv6 when the node or the pod network has an IPv6 address.
+    pub fn families(&self) -> Vec<Family> {
+        let v6 = self.node_ips.iter().any(IpAddr::is_ipv6)
+            || self.cluster_cidrs.iter().any(|c| c.contains(':'));
+        if v6 {
+            vec![Family::V4, Family::V6]
+        } else {
+            vec![Family::V4]
+        }
+    }
+}
+
+/// Keeps a reflector for `K` running, poking `changed` on every event.
+fn reflect<K>(api: kube::Api<K>, changed: Arc<Notify>) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer);
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => changed.notify_one(),
+                Err(e) => tracing::debug!(error = %e, "proxy watch error (retrying)"),
+            }
+        }
+    });
+    store
+}
+
+/// Runs the proxy until the future is dropped. Fails only if `nft` cannot be run at all.
+pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
+    let host = Host {
+        netns: config.netns.clone(),
+    };
+    host.prepare_kernel().await;
+    let changed = Arc::new(Notify::new());
+    let services = reflect(kube::Api::<Service>::all(client.clone()), changed.clone());
+    let slices = reflect(kube::Api::<EndpointSlice>::all(client), changed.clone());
+    services
+        .wait_until_ready()
+        .await
+        .context("waiting for the Service list")?;
+    slices
+        .wait_until_ready()
+        .await
+        .context("waiting for the EndpointSlice list")?;
+    let options = RenderOptions {
+        table: config.table.clone(),
+        node_ips: config.node_ips.clone(),
+        cluster_cidrs: config.cluster_cidrs.clone(),
+    };
+    let mut syncer = Syncer::new(host, options, config.families());
+    let mut last_sync: Option<Instant> = None;
+    let mut next_resync = Instant::now() + config.resync_interval;
+    let mut force_full = true;
+    let mut failures = 0u32;
+    tracing::info!(node = %config.node_name, table = %config.table, "kube-proxy (nftables) started");
+    loop {
+        let delay = apply::next_sync_delay(last_sync, config.min_sync_interval, Instant::now());
+        tokio::time::sleep(delay).await;
+        let services: Vec<Service> = services.state().iter().map(|s| (**s).clone()).collect();
+        let slices: Vec<EndpointSlice> = slices.state().iter().map(|s| (**s).clone()).collect();
+        let ports = model::service_ports(&services, &slices, &config.node_name);
+        last_sync = Some(Instant::now());
+        match syncer.sync(&ports, force_full).await {
+            Ok(kind) => {
+                failures = 0;
+                force_full = false;
+                if kind != SyncKind::Unchanged {
+                    tracing::info!(?kind, service_ports = ports.len(), "synced Service rules");
+                    if let Err(e) = syncer.record_fingerprint().await {
+                        tracing::warn!(error = %e, "cannot list the proxy's nftables table");
+                    }
+                }
+            }
+            Err(e @ apply::ApplyError::Spawn { .. }) => {
+                return Err(e).context("applying Service rules");
+            }
+            Err(e) => {
+                failures += 1;
+                force_full = true;
+                tracing::error!(error = %e, failures, "cannot apply Service rules; retrying");
+                // Back off a little more on each failure (up to 30 s).
+                tokio::time::sleep(Duration::from_secs(u64::from(failures.min(30)))).await;
+                continue;
+            }
+        }
+        // Wait for a change or the resync tick.
+        let now = Instant::now();
+        let until_resync = next_resync.saturating_duration_since(now);
+        tokio::select! {
+            _ = changed.notified() => {}
+            _ = tokio::time::sleep(until_resync) => {
+                next_resync = Instant::now() + config.resync_interval;
+                if syncer.drifted().await {
+                    tracing::warn!(table = %config.table, "the nftables table was changed by hand; restoring it");
+                    force_full = true;
+                }
+            }
+        }
+    }
+}

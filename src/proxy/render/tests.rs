@@ -1,0 +1,306 @@
+use super::*;
+use crate::proxy::model::{Endpoint, Protocol, ServicePort};
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().expect("ip")
+}
+
+fn endpoint(addr: &str, local: bool) -> Endpoint {
+    Endpoint {
+        ip: ip(addr),
+        port: 8080,
+        local,
+        ready: true,
+        serving: true,
+        terminating: false,
+    }
+}
+
+fn port(name: &str, endpoints: Vec<Endpoint>) -> ServicePort {
+    ServicePort {
+        namespace: "default".into(),
+        name: name.into(),
+        port_name: "http".into(),
+        protocol: Protocol::Tcp,
+        cluster_ips: vec![ip("10.43.0.20")],
+        port: 80,
+        node_port: None,
+        load_balancer_ips: vec![],
+        external_ips: vec![],
+        affinity_timeout: None,
+        external_local: false,
+        internal_local: false,
+        endpoints,
+    }
+}
+
+fn options() -> RenderOptions {
+    RenderOptions {
+        table: "k3rs".into(),
+        node_ips: vec![ip("192.168.1.10")],
+        cluster_cidrs: vec!["10.42.0.0/16".into()],
+    }
+}
+
+/// Validates `script` against the kernel without applying it (`nft -c`, needs root).
+fn nft_check(script: &str) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("nft")
+        .args(["-c", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("nft not found: install the nftables package (and run the tests as root)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(script.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("nft");
+    assert!(
+        out.status.success(),
+        "nft -c rejected the ruleset: {}\n{script}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn cluster_ip_balances_over_ready_endpoints_and_masquerades_off_cluster_sources() {
+    let svc = port(
+        "web",
+        vec![endpoint("10.42.0.5", true), endpoint("10.42.1.6", false)],
+    );
+    let rs = render(Family::V4, std::slice::from_ref(&svc), &options());
+    let service_chain = chain_name("service", &svc.id());
+    let element = &rs.sets["service-ips"].elements["10.43.0.20 . tcp . 80"];
+    assert_eq!(element, &format!("goto {service_chain}"));
+    let rules = &rs.chains[&service_chain].rules;
+    assert_eq!(
+        rules[0],
+        "ip saddr != { 10.42.0.0/16 } jump mark-for-masquerade"
+    );
+    assert_eq!(
+        rules[1],
+        "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map \
+         { 0 : 10.42.0.5 . 8080, 1 : 10.42.1.6 . 8080 }"
+    );
+    assert!(!rs.chains.keys().any(|c| c.starts_with("endpoint-")));
+    assert!(
+        rs.sets["hairpin-endpoints"]
+            .elements
+            .contains_key("10.42.0.5 . 10.42.0.5")
+    );
+    assert!(rs.sets["no-endpoint-services"].elements.is_empty());
+    assert_eq!(
+        rs.sets["nodeport-ips"].elements.keys().collect::<Vec<_>>(),
+        ["192.168.1.10"]
+    );
+}
+
+#[test]
+fn no_endpoints_means_reject_and_no_service_chain() {
+    let svc = port("empty", vec![]);
+    let rs = render(Family::V4, std::slice::from_ref(&svc), &options());
+    assert_eq!(
+        rs.sets["no-endpoint-services"].elements["10.43.0.20 . tcp . 80"],
+        "goto reject-chain"
+    );
+    assert!(rs.sets["service-ips"].elements.is_empty());
+    assert!(!rs.chains.contains_key(&chain_name("service", &svc.id())));
+    assert_eq!(
+        rs.chains["reject-chain"].rules,
+        ["meta l4proto tcp reject with tcp reset", "reject"]
+    );
+}
+
+#[test]
+fn session_affinity_uses_one_timeout_set_per_endpoint() {
+    let mut svc = port(
+        "sticky",
+        vec![endpoint("10.42.0.5", true), endpoint("10.42.0.6", true)],
+    );
+    svc.affinity_timeout = Some(600);
+    let rs = render(Family::V4, std::slice::from_ref(&svc), &options());
+    let set = affinity_set(&svc, &svc.endpoints[1]);
+    assert_eq!(
+        rs.sets[&set].decl,
+        "type ipv4_addr; flags dynamic,timeout; timeout 600s;"
+    );
+    let service_rules = &rs.chains[&chain_name("service", &svc.id())].rules;
+    assert!(service_rules.contains(&format!(
+        "ip saddr @{set} goto {}",
+        endpoint_chain(&svc, &svc.endpoints[1])
+    )));
+    let ep_rules = &rs.chains[&endpoint_chain(&svc, &svc.endpoints[1])].rules;
+    assert_eq!(ep_rules[0], format!("update @{set} {{ ip saddr }}"));
+    assert_eq!(ep_rules[1], "meta l4proto tcp dnat to 10.42.0.6:8080");
+}
+
+#[test]
+fn node_port_with_local_policy_only_uses_local_endpoints_and_drops_without_them() {
+    let mut svc = port(
+        "np",
+        vec![endpoint("10.42.0.5", true), endpoint("10.42.1.6", false)],
+    );
+    svc.node_port = Some(30080);
+    svc.external_local = true;
+    let rs = render(Family::V4, std::slice::from_ref(&svc), &options());
+    let external = chain_name("external", &svc.id());
+    assert_eq!(
+        rs.sets["service-nodeports"].elements["tcp . 30080"],
+        format!("goto {external}")
+    );
+    let local = chain_name("local", &format!("{}/external", svc.id()));
+    assert_eq!(
+        rs.chains[&local].rules,
+        ["meta l4proto tcp dnat to 10.42.0.5:8080"]
+    );
+    // Without a local endpoint NodePort traffic is dropped, ClusterIP traffic still works.
+    svc.endpoints[0].local = false;
+    let rs = render(Family::V4, std::slice::from_ref(&svc), &options());
+    assert_eq!(
+        rs.sets["no-endpoint-nodeports"].elements["tcp . 30080"],
+        "drop"
+    );
+    assert!(
+        rs.sets["service-ips"]
+            .elements
+            .contains_key("10.43.0.20 . tcp . 80")
+    );
+}
+
+#[test]
+fn cluster_policy_node_port_and_load_balancer_masquerade() {
+    let mut svc = port("lb", vec![endpoint("10.42.1.6", false)]);
+    svc.node_port = Some(30081);
+    svc.load_balancer_ips = vec![ip("192.168.1.10")];
+    let rs = render(Family::V4, std::slice::from_ref(&svc), &options());
+    let external = chain_name("external", &svc.id());
+    assert_eq!(
+        rs.chains[&external].rules,
+        [
+            "jump mark-for-masquerade".to_string(),
+            format!("goto {}", chain_name("service", &svc.id()))
+        ]
+    );
+    assert_eq!(
+        rs.sets["service-ips"].elements["192.168.1.10 . tcp . 80"],
+        format!("goto {external}")
+    );
+}
+
+#[test]
+fn internal_local_policy_without_local_endpoints_drops() {
+    let mut svc = port("itp", vec![endpoint("10.42.1.6", false)]);
+    svc.internal_local = true;
+    let rs = render(Family::V4, &[svc], &options());
+    assert_eq!(
+        rs.sets["no-endpoint-services"].elements["10.43.0.20 . tcp . 80"],
+        "drop"
+    );
+}
+
+#[test]
+fn diff_touches_only_what_changed() {
+    let mut web = port("web", vec![endpoint("10.42.0.5", true)]);
+    web.affinity_timeout = Some(60);
+    let before = render(Family::V4, std::slice::from_ref(&web), &options());
+    assert_eq!(before.diff_text(&before), "");
+    web.endpoints = vec![endpoint("10.42.0.7", true)];
+    let after = render(Family::V4, std::slice::from_ref(&web), &options());
+    let diff = after.diff_text(&before);
+    let lines: Vec<&str> = diff.lines().collect();
+    assert!(
+        lines[0].starts_with("add chain ip k3rs endpoint-"),
+        "{diff}"
+    );
+    assert!(diff.contains("10.42.0.7:8080"));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("flush chain ip k3rs service-")),
+        "{diff}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("delete chain ip k3rs endpoint-")),
+        "{diff}"
+    );
+    assert!(
+        lines
+            .last()
+            .expect("lines")
+            .starts_with("delete set ip k3rs affinity-"),
+        "{diff}"
+    );
+    assert!(lines.iter().all(|l| !l.contains("service-ips")), "{diff}");
+}
+
+#[test]
+fn ipv6_table_brackets_dnat_addresses() {
+    let mut svc = port("v6", vec![endpoint("fd00:42::5", true)]);
+    svc.cluster_ips = vec![ip("fd00:43::20")];
+    let rs = render(Family::V6, std::slice::from_ref(&svc), &options());
+    let rules = &rs.chains[&chain_name("service", &svc.id())].rules;
+    assert_eq!(rules[1], "meta l4proto tcp dnat to [fd00:42::5]:8080");
+    assert!(
+        rs.sets["service-ips"]
+            .elements
+            .contains_key("fd00:43::20 . tcp . 80")
+    );
+    // The IPv4 table has nothing for it.
+    assert!(
+        render(Family::V4, &[svc], &options()).sets["service-ips"]
+            .elements
+            .is_empty()
+    );
+}
+
+/// Every feature in one ruleset, checked by the kernel (root).
+#[test]
+fn generated_rulesets_are_accepted_by_nft() {
+    let mut sticky = port(
+        "sticky",
+        vec![endpoint("10.42.0.5", true), endpoint("10.42.0.6", false)],
+    );
+    sticky.affinity_timeout = Some(10800);
+    sticky.node_port = Some(30090);
+    let mut local = port("local", vec![endpoint("10.42.0.8", true)]);
+    local.cluster_ips = vec![ip("10.43.0.21")];
+    local.node_port = Some(30091);
+    local.external_local = true;
+    local.internal_local = true;
+    local.load_balancer_ips = vec![ip("192.168.1.10")];
+    let mut udp = port("dns", vec![endpoint("10.42.0.9", true)]);
+    udp.protocol = Protocol::Udp;
+    udp.cluster_ips = vec![ip("10.43.0.10"), ip("fd00:43::10")];
+    let mut empty = port("empty", vec![]);
+    empty.cluster_ips = vec![ip("10.43.0.22")];
+    empty.node_port = Some(30092);
+    let mut v6 = port("v6", vec![endpoint("fd00:42::5", true)]);
+    v6.cluster_ips = vec![ip("fd00:43::20")];
+    v6.affinity_timeout = Some(60);
+    let mut v6_many = port(
+        "v6many",
+        vec![endpoint("fd00:42::6", true), endpoint("fd00:42::7", true)],
+    );
+    v6_many.cluster_ips = vec![ip("fd00:43::21")];
+    let mut many = port(
+        "many",
+        vec![endpoint("10.42.0.10", true), endpoint("10.42.0.11", true)],
+    );
+    many.cluster_ips = vec![ip("10.43.0.23")];
+    let ports = [sticky, local, udp, empty, v6, v6_many, many];
+    let mut opts = options();
+    opts.table = format!("k3rs-unit-{}", std::process::id());
+    opts.cluster_cidrs.push("fd00:42::/56".into());
+    opts.node_ips.push(ip("fd00::10"));
+    let v4 = render(Family::V4, &ports, &opts);
+    let v6 = render(Family::V6, &ports, &opts);
+    nft_check(&format!("{}{}", v4.full_text(), v6.full_text()));
+    // A diff applies on top of the full text in one transaction, too.
+    let changed = render(Family::V4, &ports[1..], &opts);
+    nft_check(&format!("{}{}", v4.full_text(), changed.diff_text(&v4)));
+}

@@ -1,0 +1,368 @@
+//! Cluster DNS end to end: the real server (`--disable-agent`), `k3rs::dns::run` from the
+//! test on 127.0.0.1:<free port> answering from the Services and EndpointSlices the test
+//! creates, and a fake upstream resolver on loopback for forwarded names. Queries come from
+//! a hand-built client (UDP and TCP) and from `busybox nslookup -port=…`.
+
+mod support;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use k3rs::dns::wire::{self, Message, RData};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use support::{Server, free_port};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UdpSocket;
+
+/// A query packet for `name`/`qtype`, built by hand (RD set).
+fn query_bytes(id: u16, name: &str, qtype: u16) -> Vec<u8> {
+    let mut out = vec![
+        (id >> 8) as u8,
+        id as u8,
+        0x01,
+        0x00,
+        0,
+        1,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ];
+    for label in name.split('.') {
+        out.push(label.len() as u8);
+        out.extend_from_slice(label.as_bytes());
+    }
+    out.extend_from_slice(&[0, (qtype >> 8) as u8, qtype as u8, 0, 1]);
+    out
+}
+
+async fn ask_udp(server: SocketAddr, name: &str, qtype: u16) -> Message {
+    let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+    socket
+        .send_to(&query_bytes(0x4242, name, qtype), server)
+        .await
+        .expect("send");
+    let mut buf = [0u8; 4096];
+    let (len, _) = tokio::time::timeout(Duration::from_secs(5), socket.recv_from(&mut buf))
+        .await
+        .expect("a DNS answer within 5 s")
+        .expect("recv");
+    let reply = Message::parse(&buf[..len]).expect("parse the answer");
+    assert_eq!(reply.id, 0x4242);
+    reply
+}
+
+async fn ask_tcp(server: SocketAddr, name: &str, qtype: u16) -> Message {
+    let mut stream = tokio::net::TcpStream::connect(server)
+        .await
+        .expect("connect");
+    let query = query_bytes(7, name, qtype);
+    let mut framed = (query.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(&query);
+    stream.write_all(&framed).await.expect("write");
+    let mut len = [0u8; 2];
+    stream.read_exact(&mut len).await.expect("length");
+    let mut reply = vec![0u8; u16::from_be_bytes(len) as usize];
+    stream.read_exact(&mut reply).await.expect("reply");
+    Message::parse(&reply).expect("parse")
+}
+
+/// A fake upstream: `www.example.test` A 192.0.2.53, everything else NXDOMAIN. Written on
+/// raw bytes so it shares nothing with the server's codec.
+async fn fake_upstream() -> SocketAddr {
+    let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind upstream");
+    let addr = socket.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut buf = [0u8; 512];
+        loop {
+            let Ok((len, peer)) = socket.recv_from(&mut buf).await else {
+                return;
+            };
+            let mut reply = buf[..len].to_vec();
+            // Keep only the header and the question (drop any OPT record).
+            let mut end = 12;
+            while reply[end] != 0 {
+                end += 1 + reply[end] as usize;
+            }
+            end += 5;
+            reply.truncate(end);
+            let known = buf[12..end - 4].eq_ignore_ascii_case(b"\x03www\x07example\x04test\x00");
+            reply[2] = 0x81;
+            reply[3] = if known { 0x80 } else { 0x83 };
+            reply[10] = 0;
+            reply[11] = 0;
+            if known {
+                reply[7] = 1;
+                reply.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 53]);
+            }
+            let _ = socket.send_to(&reply, peer).await;
+        }
+    });
+    addr
+}
+
+fn nslookup(port: u16, args: &[&str]) -> String {
+    let port_arg = format!("-port={port}");
+    let out = std::process::Command::new("busybox")
+        .arg("nslookup")
+        .arg(&port_arg)
+        .args(args)
+        .arg("127.0.0.1")
+        .output()
+        .expect("busybox nslookup (install busybox-static)");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_dns_answers_from_services_and_forwards_the_rest() {
+    let server = Server::start();
+    let client = server.client().await;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let create = |value: serde_json::Value| {
+        let services = services.clone();
+        async move {
+            let svc: Service = serde_json::from_value(value).expect("service");
+            services
+                .create(&PostParams::default(), &svc)
+                .await
+                .expect("create service")
+        }
+    };
+    let web = create(json!({"metadata": {"name": "web"},
+        "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}}))
+    .await;
+    let web_ip: IpAddr = web
+        .spec
+        .expect("spec")
+        .cluster_ip
+        .expect("ip")
+        .parse()
+        .expect("ip");
+    create(json!({"metadata": {"name": "db"},
+        "spec": {"clusterIP": "None", "ports": [{"name": "pg", "port": 5432}]}}))
+    .await;
+    create(json!({"metadata": {"name": "ext"},
+        "spec": {"type": "ExternalName", "externalName": "example.com"}}))
+    .await;
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "db-test", "labels": {"kubernetes.io/service-name": "db",
+            "endpointslice.kubernetes.io/managed-by": "dns-test"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}],
+        "endpoints": [
+            {"addresses": ["10.96.5.7"], "hostname": "db-0", "conditions": {"ready": true}},
+            {"addresses": ["10.96.5.8"], "hostname": "db-1", "conditions": {"ready": true}}
+        ]
+    }))
+    .expect("slice");
+    slices
+        .create(&PostParams::default(), &slice)
+        .await
+        .expect("create slice");
+
+    let upstream = fake_upstream().await;
+    let port = free_port();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let dns = tokio::spawn(k3rs::dns::run(
+        client.clone(),
+        k3rs::dns::Config {
+            listen: vec![listen],
+            domain: "cluster.local".into(),
+            upstreams: vec![upstream],
+        },
+    ));
+
+    // The view fills once the watches have listed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let reply = loop {
+        let reply = ask_udp(listen, "web.default.svc.cluster.local", wire::TYPE_A).await;
+        if !reply.answers.is_empty() {
+            break reply;
+        }
+        assert!(Instant::now() < deadline, "web never resolved: {reply:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(reply.rcode(), wire::RCODE_NOERROR);
+    assert_eq!(
+        reply.answers[0].data,
+        RData::A(match web_ip {
+            IpAddr::V4(v4) => v4,
+            IpAddr::V6(_) => panic!("IPv4 cluster"),
+        })
+    );
+    assert!(reply.flags & 0x0400 != 0, "authoritative");
+
+    // The server made the kube-dns Service at --cluster-dns (k3s's ports), and it resolves.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let reply = loop {
+        let reply = ask_udp(
+            listen,
+            "kube-dns.kube-system.svc.cluster.local",
+            wire::TYPE_A,
+        )
+        .await;
+        if !reply.answers.is_empty() {
+            break reply;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kube-dns never resolved: {reply:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        reply.answers[0].data,
+        RData::A("10.43.0.10".parse().expect("ip"))
+    );
+    let reply = ask_udp(
+        listen,
+        "_dns-tcp._tcp.kube-dns.kube-system.svc.cluster.local",
+        wire::TYPE_SRV,
+    )
+    .await;
+    assert!(
+        matches!(&reply.answers[0].data, RData::Srv { port: 53, .. }),
+        "{reply:?}"
+    );
+    let kube_system: Api<EndpointSlice> = Api::namespaced(client.clone(), "kube-system");
+    let dns_slice = kube_system
+        .get("kube-dns-k3rs")
+        .await
+        .expect("the kube-dns EndpointSlice");
+    assert_eq!(dns_slice.ports.expect("ports").len(), 2);
+
+    // Over TCP too.
+    let reply = ask_tcp(listen, "web.default.svc.cluster.local", wire::TYPE_A).await;
+    assert_eq!(reply.answers.len(), 1);
+
+    // Headless: the endpoints, and each endpoint's hostname.
+    let reply = ask_udp(listen, "db.default.svc.cluster.local", wire::TYPE_A).await;
+    let mut ips: Vec<String> = reply
+        .answers
+        .iter()
+        .map(|r| match &r.data {
+            RData::A(ip) => ip.to_string(),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    ips.sort();
+    assert_eq!(ips, ["10.96.5.7", "10.96.5.8"]);
+    let reply = ask_udp(listen, "db-1.db.default.svc.cluster.local", wire::TYPE_A).await;
+    assert_eq!(
+        reply.answers[0].data,
+        RData::A("10.96.5.8".parse().expect("ip"))
+    );
+
+    // SRV for the named port.
+    let reply = ask_udp(
+        listen,
+        "_http._tcp.web.default.svc.cluster.local",
+        wire::TYPE_SRV,
+    )
+    .await;
+    assert!(matches!(&reply.answers[0].data,
+        RData::Srv { port: 80, target, .. } if target == "web.default.svc.cluster.local"));
+
+    // PTR for the ClusterIP.
+    let reverse = k3rs::dns::view::reverse_name(&web_ip);
+    let reply = ask_udp(listen, &reverse, wire::TYPE_PTR).await;
+    assert_eq!(
+        reply.answers[0].data,
+        RData::Ptr("web.default.svc.cluster.local".into())
+    );
+
+    // ExternalName → CNAME.
+    let reply = ask_udp(listen, "ext.default.svc.cluster.local", wire::TYPE_A).await;
+    assert_eq!(reply.answers[0].data, RData::Cname("example.com".into()));
+
+    // Unknown in the cluster domain → NXDOMAIN with the SOA; an existing parent → NODATA.
+    let reply = ask_udp(listen, "nope.default.svc.cluster.local", wire::TYPE_A).await;
+    assert_eq!(reply.rcode(), wire::RCODE_NXDOMAIN);
+    assert_eq!(reply.authority[0].data.rtype(), wire::TYPE_SOA);
+    let reply = ask_udp(listen, "default.svc.cluster.local", wire::TYPE_A).await;
+    assert_eq!(
+        (reply.rcode(), reply.answers.len()),
+        (wire::RCODE_NOERROR, 0)
+    );
+
+    // Everything else goes to the upstream, over UDP and TCP (the fake only speaks UDP,
+    // so TCP clients get SERVFAIL rather than a hang).
+    let reply = ask_udp(listen, "www.example.test", wire::TYPE_A).await;
+    assert_eq!(
+        reply.answers[0].data,
+        RData::A("192.0.2.53".parse().expect("ip"))
+    );
+    let reply = ask_udp(listen, "missing.example.test", wire::TYPE_A).await;
+    assert_eq!(reply.rcode(), wire::RCODE_NXDOMAIN);
+    let reply = ask_tcp(listen, "www.example.test", wire::TYPE_A).await;
+    assert_eq!(reply.rcode(), wire::RCODE_SERVFAIL);
+
+    // The same through busybox nslookup.
+    let p = port;
+    let web_name = "web.default.svc.cluster.local";
+    let expected_web_ip = web_ip.to_string();
+    let web_ip = expected_web_ip.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        [
+            nslookup(p, &["-type=a", web_name]),
+            nslookup(p, &["-type=a", "db.default.svc.cluster.local"]),
+            nslookup(p, &["-type=srv", "_pg._tcp.db.default.svc.cluster.local"]),
+            nslookup(p, &[&web_ip]),
+            nslookup(p, &["-type=a", "ext.default.svc.cluster.local"]),
+            nslookup(p, &["-type=a", "nope.default.svc.cluster.local"]),
+            nslookup(p, &["-type=a", "www.example.test"]),
+        ]
+    })
+    .await
+    .expect("nslookup");
+    assert_eq!(reply_ip(&out[0]), expected_web_ip, "{}", out[0]);
+    assert!(
+        out[1].contains("10.96.5.7") && out[1].contains("10.96.5.8"),
+        "{}",
+        out[1]
+    );
+    assert!(
+        out[2].contains("5432") && out[2].contains("db-0.db.default.svc.cluster.local"),
+        "{}",
+        out[2]
+    );
+    assert!(
+        out[3].contains("web.default.svc.cluster.local"),
+        "{}",
+        out[3]
+    );
+    assert!(
+        out[4].contains("canonical name = example.com"),
+        "{}",
+        out[4]
+    );
+    assert!(out[5].contains("NXDOMAIN"), "{}", out[5]);
+    assert!(out[6].contains("192.0.2.53"), "{}", out[6]);
+
+    assert!(
+        !dns.is_finished(),
+        "the DNS server stopped: {:?}",
+        dns.await
+    );
+    dns.abort();
+}
+
+/// The "Address: x" line after the "Name:" line of busybox nslookup's output.
+fn reply_ip(output: &str) -> String {
+    output
+        .split("Name:")
+        .nth(1)
+        .and_then(|rest| rest.lines().find_map(|l| l.trim().strip_prefix("Address:")))
+        .map(|a| a.trim().to_string())
+        .unwrap_or_default()
+}
