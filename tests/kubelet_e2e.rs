@@ -20,10 +20,7 @@ use serde_json::json;
 const IMAGE: &str = "k3rs.test/busybox:1";
 
 fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        panic!("kubelet_e2e needs root (it runs containerd, runc and CNI)");
-    }
+    support::runtime::require_root("kubelet_e2e");
 }
 
 /// The container runtime for the test: a containerd of the test's own (started through the
@@ -36,53 +33,10 @@ struct Runtime {
     _own: Option<OwnRuntime>,
 }
 
+/// Fields drop in order: supervision stops first, then the guard kills and unmounts.
 struct OwnRuntime {
-    base: tempfile::TempDir,
-    runtime: Option<k3rs::agent::containerd::Runtime>,
-}
-
-impl Drop for OwnRuntime {
-    fn drop(&mut self) {
-        let pid = self.runtime.as_ref().and_then(|r| r.containerd_pid());
-        drop(self.runtime.take());
-        // Containers, shims and containerd started for this test carry the temp dir in their
-        // command lines; the sandboxes' mounts live under it.
-        let marker = self.base.path().to_string_lossy().into_owned();
-        let mut pids: Vec<u32> = pid.into_iter().collect();
-        if let Ok(entries) = std::fs::read_dir("/proc") {
-            for e in entries.flatten() {
-                let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
-                    continue;
-                };
-                let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-                if String::from_utf8_lossy(&cmdline).contains(&marker) {
-                    pids.push(p);
-                }
-            }
-        }
-        for p in pids {
-            // SAFETY: kill(2) on processes this test started.
-            unsafe { libc::kill(p as i32, libc::SIGKILL) };
-        }
-        std::thread::sleep(Duration::from_millis(300));
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mut mounts: Vec<String> = mountinfo
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|m| m.starts_with(&marker))
-            .map(str::to_string)
-            .collect();
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in mounts {
-            let _ = std::process::Command::new("umount")
-                .args(["-l", &m])
-                .status();
-        }
-        let _ = std::process::Command::new("ip")
-            .args(["addr", "del", "10.99.0.1/24", "dev", "cni0"])
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
+    _runtime: k3rs::agent::containerd::Runtime,
+    _guard: support::runtime::RuntimeGuard,
 }
 
 async fn runtime() -> Runtime {
@@ -93,42 +47,28 @@ async fn runtime() -> Runtime {
             _own: None,
         };
     }
-    for (bin, package) in [
-        ("containerd", "containerd"),
-        ("runc", "runc"),
-        ("containerd-shim-runc-v2", "containerd"),
-    ] {
-        let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-            .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
-            .any(|d| d.join(bin).exists());
-        assert!(found, "{bin} missing: apt-get install {package}");
-    }
-    let cni = k3rs::network::cni::default_plugin_dir();
-    assert!(
-        cni.join("bridge").exists(),
-        "CNI plugins missing in {}: apt-get install containernetworking-plugins",
-        cni.display()
-    );
-    let base = tempfile::tempdir().expect("runtime dir");
-    let mut options = k3rs::agent::containerd::RuntimeOptions::new(base.path().join("data"));
-    options.run_dir = base.path().join("run");
-    options.private_registry = base.path().join("registries.yaml");
+    support::runtime::require_runtime_tools();
+    let base = support::runtime::base_dir("kubelet");
+    let guard = support::runtime::RuntimeGuard::new(&base).with_bridge_address("10.99.0.1/24");
+    let mut options = k3rs::agent::containerd::RuntimeOptions::new(base.join("data"));
+    options.run_dir = base.join("run");
+    options.private_registry = base.join("registries.yaml");
     let paths = k3rs::agent::containerd::Paths::new(&options);
-    support::images::TestImage::busybox().write_to(&base.path().join("data/agent/images"));
+    support::images::TestImage::busybox().write_to(&base.join("data/agent/images"));
     k3rs::network::cni::write_conflist(&paths.cni_conf_dir, &["10.99.0.0/24".to_string()])
         .expect("CNI conflist");
-    let mut own = OwnRuntime {
-        base,
-        runtime: None,
-    };
     let runtime = k3rs::agent::containerd::start(options)
         .await
         .expect("containerd starts");
-    let endpoint = runtime.cri_endpoint().to_path_buf();
-    own.runtime = Some(runtime);
+    if let Some(pid) = runtime.containerd_pid() {
+        guard.add_pid(pid);
+    }
     Runtime {
-        endpoint,
-        _own: Some(own),
+        endpoint: runtime.cri_endpoint().to_path_buf(),
+        _own: Some(OwnRuntime {
+            _runtime: runtime,
+            _guard: guard,
+        }),
     }
 }
 
@@ -650,10 +590,10 @@ async fn kubelet_runs_pods_through_cri() {
     .await;
     let took = started.elapsed();
     assert!(
-        // KNOWN ISSUE: with the agent's own containerd the object goes away ~1.3 s after the
-        // delete instead of after the full 2 s grace period (seen 1.27-1.28 s); the lower
-        // bound stays at 1 s until that is found (recorded in the issue's closing note).
-        took >= Duration::from_millis(1000),
+        // The kubelet sees the delete after it happened, so the full 2 s must pass before the
+        // SIGKILL; the margin only covers clock granularity. (A truncated CRI stop timeout
+        // once made this ~1.3 s.)
+        took >= Duration::from_millis(1900),
         "grace period honoured: {took:?}"
     );
     assert!(

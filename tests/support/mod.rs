@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod images;
+pub mod runtime;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

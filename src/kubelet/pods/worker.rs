@@ -798,13 +798,17 @@ impl Worker {
         )
         .await;
         let started = Instant::now();
-        match self
+        let turn = self.kubelet.image_pulls.acquire().await;
+        let pulling = Instant::now();
+        let pulled = self
             .cri()
             .pull_image(&image, Some(sandbox_config.clone()))
-            .await
-        {
+            .await;
+        drop(turn);
+        match pulled {
             Ok(image_ref) => {
-                let took = started.elapsed();
+                let took = pulling.elapsed();
+                let with_waiting = started.elapsed();
                 let size = self
                     .cri()
                     .image_status(&image_ref)
@@ -817,11 +821,12 @@ impl Worker {
                 mem.pull_backoff.reset();
                 mem.last_pull_failure = None;
                 let took = format!("{:.3}s", took.as_secs_f64());
+                let with_waiting = format!("{:.3}s", with_waiting.as_secs_f64());
                 self.event(
                     &object,
                     EventType::Normal,
                     "Pulled",
-                    &format!("Successfully pulled image \"{image}\" in {took} ({took} including waiting). Image size: {size} bytes."),
+                    &format!("Successfully pulled image \"{image}\" in {took} ({with_waiting} including waiting). Image size: {size} bytes."),
                 )
                 .await;
                 Some(image_ref)
