@@ -3,7 +3,8 @@
 //! containerd/runc/CNI. Root only. Covers: a Deployment reaching Running with the kubelet's
 //! events, env and configMap/secret volumes, the memory limit in the cgroup, CrashLoopBackOff
 //! with growing back-off, liveness restarts, the grace period on delete, ErrImagePull then
-//! ImagePullBackOff, and a kubelet restart that keeps the containers.
+//! ImagePullBackOff, a kubelet restart that keeps the containers, and the projected
+//! service-account token (kube-api-access-*) that authenticates while its pod exists.
 
 mod support;
 
@@ -187,6 +188,31 @@ where
     }
 }
 
+/// A client that authenticates with `token` only (no client certificate).
+async fn client_with_token(server: &support::Server, token: &str) -> kube::Client {
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(&server.kubeconfig).expect("read kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("kubeconfig");
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.to_string().into()),
+        ..Default::default()
+    };
+    kube::Client::try_from(config).expect("token client")
+}
+
+async fn assert_unauthorized(server: &support::Server, token: &str) {
+    let client = client_with_token(server, token).await;
+    match Api::<Pod>::namespaced(client, "default")
+        .list(&ListParams::default())
+        .await
+    {
+        Err(kube::Error::Api(e)) => assert_eq!(e.code, 401, "{e:?}"),
+        other => panic!("expected 401 for a bad token, got {other:?}"),
+    }
+}
+
 async fn pod_events(admin: &kube::Client, pod: &str) -> Vec<Event> {
     let api: Api<Event> = Api::namespaced(admin.clone(), "default");
     let mut list: Vec<Event> = api
@@ -329,7 +355,7 @@ async fn kubelet_runs_pods_through_cri() {
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "demo"}},
             "template": {"metadata": {"labels": {"app": "demo"}}, "spec": {
                 "containers": [{"name": "main", "image": IMAGE,
-                    "command": ["sh", "-c", "echo GREETING=$GREETING TOKEN=$token POD=$POD_NAME; cat /cfg/greeting; echo; cat /sec/token; echo; exec sleep 3600"],
+                    "command": ["sh", "-c", "echo GREETING=$GREETING TOKEN=$token POD=$POD_NAME; cat /cfg/greeting; echo; cat /sec/token; echo; sa=/var/run/secrets/kubernetes.io/serviceaccount; echo SA-NS=$(cat $sa/namespace) SA-TOKEN=$(cat $sa/token); grep -q 'BEGIN CERTIFICATE' $sa/ca.crt && echo SA-CA-OK; exec sleep 3600"],
                     "env": [
                         {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "demo-config", "key": "greeting"}}},
                         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
@@ -439,6 +465,33 @@ async fn kubelet_runs_pods_through_cri() {
         log.contains("stdout F hello from a configmap"),
         "CRI log format: {log}"
     );
+
+    // The ServiceAccount admission mounted kube-api-access-*: the kubelet wrote a bound token,
+    // the cluster CA and the namespace, and the token authenticates against the API server.
+    let log = wait_for(
+        "the service-account token in the log",
+        Duration::from_secs(30),
+        || async {
+            let text = std::fs::read_to_string(&log_path).ok()?;
+            text.contains("SA-CA-OK").then_some(text)
+        },
+    )
+    .await;
+    let sa_token = log
+        .lines()
+        .find_map(|l| l.split_once("SA-TOKEN=").map(|(_, t)| t.trim().to_string()))
+        .filter(|t| t.split('.').count() == 3)
+        .unwrap_or_else(|| panic!("no JWT in the container log: {log}"));
+    assert!(log.contains("SA-NS=default "), "{log}");
+    let as_pod = client_with_token(&cluster.server, &sa_token).await;
+    Api::<Pod>::namespaced(as_pod, "default")
+        .list(&ListParams::default())
+        .await
+        .expect("the pod's service-account token is accepted");
+    let mut tampered = sa_token.clone();
+    let last = tampered.pop().expect("non-empty token");
+    tampered.push(if last == 'A' { 'B' } else { 'A' });
+    assert_unauthorized(&cluster.server, &tampered).await;
 
     // The memory limit is in the container's cgroup.
     let cid = container_id.trim_start_matches("containerd://");
@@ -589,6 +642,8 @@ async fn kubelet_runs_pods_through_cri() {
     )
     .await;
     let took = started.elapsed();
+    // The token was bound to that pod: it stops working with the pod.
+    assert_unauthorized(&cluster.server, &sa_token).await;
     assert!(
         // The kubelet sees the delete after it happened, so the full 2 s must pass before the
         // SIGKILL; the margin only covers clock granularity. (A truncated CRI stop timeout

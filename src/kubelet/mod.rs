@@ -16,6 +16,7 @@ pub mod host;
 pub mod node;
 pub mod pods;
 pub mod server;
+pub mod tokens;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -132,6 +133,8 @@ pub struct Kubelet {
     pub recorder: crate::controllers::events::Recorder,
     /// One permit with `serialize-image-pulls=true` (the default): pulls wait their turn.
     pub image_pulls: tokio::sync::Semaphore,
+    /// Pod-bound service-account tokens for projected volumes.
+    pub tokens: tokens::TokenManager,
 }
 
 /// Runs the kubelet until an unrecoverable error: waits for the runtime, registers the Node
@@ -159,6 +162,7 @@ pub async fn run(
         tokio::sync::Semaphore::MAX_PERMITS
     });
     let kubelet = Arc::new(Kubelet {
+        tokens: tokens::TokenManager::new(client.clone()),
         client,
         config,
         cri,

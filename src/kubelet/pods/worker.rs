@@ -72,7 +72,6 @@ pub struct Worker {
     volumes: BTreeMap<String, Prepared>,
     volumes_refreshed: Option<Instant>,
     volume_error: Option<String>,
-    warned: std::collections::HashSet<String>,
     sandbox_backoff: Backoff,
     last_sandbox_failure: Option<SystemTime>,
     pod_ips: Vec<String>,
@@ -153,7 +152,6 @@ impl Worker {
             volumes: BTreeMap::new(),
             volumes_refreshed: None,
             volume_error: None,
-            warned: Default::default(),
             sandbox_backoff: Backoff::default(),
             last_sandbox_failure: None,
             pod_ips: Vec::new(),
@@ -355,22 +353,15 @@ impl Worker {
                 self.kubelet.client.clone(),
                 pod.metadata.namespace.as_deref().unwrap_or("default"),
             );
-            let mut warnings = volumes::Warnings::default();
             let ctx = self.env_context(pod);
             let result = volumes::setup(
                 &self.kubelet.config.root_dir,
                 pod,
                 &ctx,
                 &mut sources,
-                &mut warnings,
+                &self.kubelet.tokens,
             )
             .await;
-            for w in warnings.0 {
-                if self.warned.insert(w.clone()) {
-                    self.event(&pod_ref(pod), EventType::Warning, "FailedMount", &w)
-                        .await;
-                }
-            }
             match result {
                 Ok(v) => {
                     self.volumes = v;
@@ -1464,6 +1455,7 @@ impl Worker {
         if let Some(dir) = log_dir {
             let _ = std::fs::remove_dir_all(dir);
         }
+        self.kubelet.tokens.forget(&self.uid);
     }
 
     /// The final delete: grace 0 with the UID precondition, so a same-named successor is safe.
