@@ -410,79 +410,38 @@ pub fn write_atomic(dir: &Path, files: &Files) -> io::Result<bool> {
 
 fn check_host_path(path: &Path, kind: &str) -> Result<(), VolumeError> {
     let display = path.display().to_string();
-    let fail = |kind: &'static str| {
-        Err(VolumeError::HostPathType {
-            path: display.clone(),
-            kind,
-        })
+    let meta = std::fs::metadata(path).ok();
+    // The `…OrCreate` types create what is missing (as the kubelet does); then every type
+    // is a check of what is there.
+    let (what, is): (&'static str, fn(&std::fs::Metadata) -> bool) = match kind {
+        "" => return Ok(()),
+        "DirectoryOrCreate" | "Directory" => ("directory", |m| m.is_dir()),
+        "FileOrCreate" | "File" => ("file", |m| m.is_file()),
+        "Socket" => ("socket", |m| m.file_type().is_socket()),
+        "CharDevice" => ("character device", |m| m.file_type().is_char_device()),
+        "BlockDevice" => ("block device", |m| m.file_type().is_block_device()),
+        _ => ("known hostPath type", |_| false),
     };
-    let meta = std::fs::metadata(path);
-    match kind {
-        "" => Ok(()),
-        "DirectoryOrCreate" => {
-            if meta.is_err() {
-                std::fs::create_dir_all(path).map_err(io_err(format!("creating {display}")))?;
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
-                    .map_err(io_err(format!("chmod {display}")))?;
-                return Ok(());
-            }
-            if meta.is_ok_and(|m| m.is_dir()) {
-                Ok(())
-            } else {
-                fail("directory")
-            }
-        }
-        "Directory" => {
-            if meta.is_ok_and(|m| m.is_dir()) {
-                Ok(())
-            } else {
-                fail("directory")
-            }
-        }
-        "FileOrCreate" => {
-            if meta.is_err() {
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .map_err(io_err(format!("creating {display}")))?;
-                return Ok(());
-            }
-            if meta.is_ok_and(|m| m.is_file()) {
-                Ok(())
-            } else {
-                fail("file")
-            }
-        }
-        "File" => {
-            if meta.is_ok_and(|m| m.is_file()) {
-                Ok(())
-            } else {
-                fail("file")
-            }
-        }
-        "Socket" => {
-            if meta.is_ok_and(|m| m.file_type().is_socket()) {
-                Ok(())
-            } else {
-                fail("socket")
-            }
-        }
-        "CharDevice" => {
-            if meta.is_ok_and(|m| m.file_type().is_char_device()) {
-                Ok(())
-            } else {
-                fail("character device")
-            }
-        }
-        "BlockDevice" => {
-            if meta.is_ok_and(|m| m.file_type().is_block_device()) {
-                Ok(())
-            } else {
-                fail("block device")
-            }
-        }
-        _ => fail("known hostPath type"),
+    if meta.is_none() && kind == "DirectoryOrCreate" {
+        std::fs::create_dir_all(path).map_err(io_err(format!("creating {display}")))?;
+        return std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+            .map_err(io_err(format!("chmod {display}")));
+    }
+    if meta.is_none() && kind == "FileOrCreate" {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(io_err(format!("creating {display}")))?;
+        return Ok(());
+    }
+    if meta.as_ref().is_some_and(is) {
+        Ok(())
+    } else {
+        Err(VolumeError::HostPathType {
+            path: display,
+            kind: what,
+        })
     }
 }
 

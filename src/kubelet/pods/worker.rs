@@ -844,6 +844,27 @@ impl Worker {
         }
     }
 
+    /// A container could not be created or started: Waiting with `reason`, a `Failed` event
+    /// ("Error: <message>", as the kubelet words it), and another try after `retry`.
+    async fn container_failed(
+        &mut self,
+        object: &ObjectReference,
+        name: &str,
+        reason: &str,
+        message: &str,
+        retry: Duration,
+    ) {
+        self.set_waiting(name, reason, message);
+        self.event(
+            object,
+            EventType::Warning,
+            "Failed",
+            &format!("Error: {message}"),
+        )
+        .await;
+        self.wake_within(retry);
+    }
+
     fn set_waiting(&mut self, name: &str, reason: &str, message: &str) {
         self.memory.entry(name.to_string()).or_default().waiting =
             Some((reason.to_string(), message.to_string()));
@@ -995,15 +1016,14 @@ impl Worker {
             Ok(e) => e,
             Err(e) => {
                 let message = e.to_string();
-                self.set_waiting(&c.name, "CreateContainerConfigError", &message);
-                self.event(
+                self.container_failed(
                     &object,
-                    EventType::Warning,
-                    "Failed",
-                    &format!("Error: {message}"),
+                    &c.name,
+                    "CreateContainerConfigError",
+                    &message,
+                    Duration::from_secs(5),
                 )
                 .await;
-                self.wake_within(Duration::from_secs(5));
                 return;
             }
         };
@@ -1011,15 +1031,14 @@ impl Worker {
         let mounts = match self.mounts(pod, c, &vars) {
             Ok(m) => m,
             Err(message) => {
-                self.set_waiting(&c.name, "CreateContainerConfigError", &message);
-                self.event(
+                self.container_failed(
                     &object,
-                    EventType::Warning,
-                    "Failed",
-                    &format!("Error: {message}"),
+                    &c.name,
+                    "CreateContainerConfigError",
+                    &message,
+                    Duration::from_secs(5),
                 )
                 .await;
-                self.wake_within(Duration::from_secs(5));
                 return;
             }
         };
@@ -1114,15 +1133,14 @@ impl Worker {
             Ok(id) => id,
             Err(e) => {
                 let message = e.message();
-                self.set_waiting(&c.name, "CreateContainerError", &message);
-                self.event(
+                self.container_failed(
                     &object,
-                    EventType::Warning,
-                    "Failed",
-                    &format!("Error: {message}"),
+                    &c.name,
+                    "CreateContainerError",
+                    &message,
+                    Duration::from_secs(5),
                 )
                 .await;
-                self.wake_within(Duration::from_secs(5));
                 return;
             }
         };
@@ -1135,15 +1153,14 @@ impl Worker {
         .await;
         if let Err(e) = self.cri().start_container(&id).await {
             let message = e.message();
-            self.set_waiting(&c.name, "RunContainerError", &message);
-            self.event(
+            self.container_failed(
                 &object,
-                EventType::Warning,
-                "Failed",
-                &format!("Error: {message}"),
+                &c.name,
+                "RunContainerError",
+                &message,
+                Duration::from_secs(1),
             )
             .await;
-            self.wake_within(Duration::from_secs(1));
             return;
         }
         self.memory.entry(c.name.clone()).or_default().waiting = None;
