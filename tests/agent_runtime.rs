@@ -8,7 +8,7 @@ mod support;
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,39 +18,13 @@ use k8s_cri::v1 as cri;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use support::images::TestImage;
+use support::runtime::RuntimeGuard;
 
 const POD_CIDR: &str = "10.99.0.0/24";
 
 fn require_tools() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "agent_runtime tests need root"
-    );
-    for (bin, package) in [
-        ("/usr/bin/containerd", "containerd"),
-        ("/usr/sbin/runc", "runc"),
-        ("/usr/bin/containerd-shim-runc-v2", "containerd"),
-    ] {
-        let found = Path::new(bin).exists()
-            || std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).any(|d| {
-                d.join(Path::new(bin).file_name().expect("file name"))
-                    .exists()
-            });
-        assert!(
-            found,
-            "{bin} missing: install {package} (apt-get install containerd runc)"
-        );
-    }
-    let cni = k3rs::network::cni::default_plugin_dir();
-    for plugin in ["bridge", "host-local", "portmap", "loopback"] {
-        assert!(
-            cni.join(plugin).exists(),
-            "CNI plugin {plugin} missing in {}: install containernetworking-plugins",
-            cni.display()
-        );
-    }
+    support::runtime::require_root("agent_runtime");
+    support::runtime::require_runtime_tools();
 }
 
 /// Captures log lines so the test can check what the runtime reported.
@@ -71,84 +45,6 @@ impl Write for LogCapture {
 impl LogCapture {
     fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().expect("log lock")).into_owned()
-    }
-}
-
-/// Tears down whatever the test created, even when it fails half-way: containers and
-/// sandboxes via runc, the sandbox's netns, containerd, mounts under the temp dirs, and the
-/// test's address on `cni0` (the bridge itself only when nothing else uses it).
-struct Cleanup {
-    base: PathBuf,
-    runc_ids: Mutex<Vec<String>>,
-    netns: Mutex<Vec<String>>,
-    pids: Mutex<Vec<u32>>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let run = |args: &[&str]| {
-            let _ = std::process::Command::new(args[0])
-                .args(&args[1..])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status();
-        };
-        for id in self.runc_ids.lock().map(|v| v.clone()).unwrap_or_default() {
-            run(&[
-                "runc",
-                "--root",
-                "/run/containerd/runc/k8s.io",
-                "delete",
-                "--force",
-                &id,
-            ]);
-        }
-        // Shims started for this containerd carry its socket path in their command line.
-        let marker = self.base.to_string_lossy().into_owned();
-        let mut pids = self.pids.lock().map(|v| v.clone()).unwrap_or_default();
-        if let Ok(entries) = std::fs::read_dir("/proc") {
-            for e in entries.flatten() {
-                let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-                    continue;
-                };
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                if String::from_utf8_lossy(&cmdline).contains(&marker) {
-                    pids.push(pid);
-                }
-            }
-        }
-        for pid in pids {
-            // SAFETY: kill(2) on processes this test started.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-        }
-        std::thread::sleep(Duration::from_millis(300));
-        for ns in self.netns.lock().map(|v| v.clone()).unwrap_or_default() {
-            run(&["umount", "-l", &ns]);
-            let _ = std::fs::remove_file(&ns);
-        }
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mut mounts: Vec<&str> = mountinfo
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|m| m.starts_with(&marker))
-            .collect();
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in mounts {
-            run(&["umount", "-l", m]);
-        }
-        run(&["ip", "addr", "del", "10.99.0.1/24", "dev", "cni0"]);
-        let ports = std::fs::read_dir("/sys/class/net/cni0/brif")
-            .map(|d| d.count())
-            .unwrap_or(1);
-        let addrs = std::process::Command::new("ip")
-            .args(["-o", "addr", "show", "dev", "cni0"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).contains("inet "))
-            .unwrap_or(true);
-        if ports == 0 && !addrs {
-            run(&["ip", "link", "del", "cni0"]);
-        }
-        let _ = std::fs::remove_dir_all(&self.base);
     }
 }
 
@@ -226,15 +122,8 @@ async fn containerd_images_sandbox_container_restart() {
         .try_init();
 
     // Short path: the containerd socket path must stay under 108 bytes.
-    let base = PathBuf::from(format!("/tmp/k3rs-rt-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    std::fs::create_dir_all(&base).expect("base dir");
-    let cleanup = Cleanup {
-        base: base.clone(),
-        runc_ids: Mutex::new(Vec::new()),
-        netns: Mutex::new(Vec::new()),
-        pids: Mutex::new(Vec::new()),
-    };
+    let base = support::runtime::base_dir("rt");
+    let cleanup = RuntimeGuard::new(&base).with_bridge_address("10.99.0.1/24");
     let opts = options(&base);
     let paths = containerd::Paths::new(&opts);
     TestImage::busybox().write_to(&paths.images_dir);
@@ -257,7 +146,7 @@ async fn containerd_images_sandbox_container_restart() {
         .await
         .expect("runtime starts");
     let first_pid = runtime.containerd_pid().expect("supervised containerd pid");
-    cleanup.pids.lock().expect("lock").push(first_pid);
+    cleanup.add_pid(first_pid);
     assert_eq!(runtime.cri_endpoint(), paths.socket);
     let config = std::fs::read_to_string(&paths.config).expect("config written");
     assert!(
@@ -346,11 +235,7 @@ async fn containerd_images_sandbox_container_restart() {
         .expect("RunPodSandbox")
         .into_inner()
         .pod_sandbox_id;
-    cleanup
-        .runc_ids
-        .lock()
-        .expect("lock")
-        .push(sandbox_id.clone());
+    cleanup.add_runc_container(&sandbox_id);
     let status = rt
         .pod_sandbox_status(cri::PodSandboxStatusRequest {
             pod_sandbox_id: sandbox_id.clone(),
@@ -367,7 +252,7 @@ async fn containerd_images_sandbox_container_restart() {
             if ns["type"] == "network"
                 && let Some(p) = ns["path"].as_str()
             {
-                cleanup.netns.lock().expect("lock").push(p.to_string());
+                cleanup.add_netns(p);
             }
         }
     }
@@ -413,11 +298,7 @@ async fn containerd_images_sandbox_container_restart() {
         .expect("CreateContainer")
         .into_inner()
         .container_id;
-    cleanup
-        .runc_ids
-        .lock()
-        .expect("lock")
-        .push(container_id.clone());
+    cleanup.add_runc_container(&container_id);
     rt.start_container(cri::StartContainerRequest {
         container_id: container_id.clone(),
     })
@@ -452,7 +333,7 @@ async fn containerd_images_sandbox_container_restart() {
         },
     )
     .await;
-    cleanup.pids.lock().expect("lock").push(second_pid);
+    cleanup.add_pid(second_pid);
     let log_text = logs.text();
     assert!(
         log_text.contains("containerd exited; restarting it"),

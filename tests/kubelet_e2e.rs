@@ -3,7 +3,8 @@
 //! containerd/runc/CNI. Root only. Covers: a Deployment reaching Running with the kubelet's
 //! events, env and configMap/secret volumes, the memory limit in the cgroup, CrashLoopBackOff
 //! with growing back-off, liveness restarts, the grace period on delete, ErrImagePull then
-//! ImagePullBackOff, and a kubelet restart that keeps the containers.
+//! ImagePullBackOff, a kubelet restart that keeps the containers, and the projected
+//! service-account token (kube-api-access-*) that authenticates while its pod exists.
 
 mod support;
 
@@ -20,10 +21,7 @@ use serde_json::json;
 const IMAGE: &str = "k3rs.test/busybox:1";
 
 fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        panic!("kubelet_e2e needs root (it runs containerd, runc and CNI)");
-    }
+    support::runtime::require_root("kubelet_e2e");
 }
 
 /// The container runtime for the test: a containerd of the test's own (started through the
@@ -36,53 +34,10 @@ struct Runtime {
     _own: Option<OwnRuntime>,
 }
 
+/// Fields drop in order: supervision stops first, then the guard kills and unmounts.
 struct OwnRuntime {
-    base: tempfile::TempDir,
-    runtime: Option<k3rs::agent::containerd::Runtime>,
-}
-
-impl Drop for OwnRuntime {
-    fn drop(&mut self) {
-        let pid = self.runtime.as_ref().and_then(|r| r.containerd_pid());
-        drop(self.runtime.take());
-        // Containers, shims and containerd started for this test carry the temp dir in their
-        // command lines; the sandboxes' mounts live under it.
-        let marker = self.base.path().to_string_lossy().into_owned();
-        let mut pids: Vec<u32> = pid.into_iter().collect();
-        if let Ok(entries) = std::fs::read_dir("/proc") {
-            for e in entries.flatten() {
-                let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
-                    continue;
-                };
-                let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-                if String::from_utf8_lossy(&cmdline).contains(&marker) {
-                    pids.push(p);
-                }
-            }
-        }
-        for p in pids {
-            // SAFETY: kill(2) on processes this test started.
-            unsafe { libc::kill(p as i32, libc::SIGKILL) };
-        }
-        std::thread::sleep(Duration::from_millis(300));
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mut mounts: Vec<String> = mountinfo
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|m| m.starts_with(&marker))
-            .map(str::to_string)
-            .collect();
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in mounts {
-            let _ = std::process::Command::new("umount")
-                .args(["-l", &m])
-                .status();
-        }
-        let _ = std::process::Command::new("ip")
-            .args(["addr", "del", "10.99.0.1/24", "dev", "cni0"])
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
+    _runtime: k3rs::agent::containerd::Runtime,
+    _guard: support::runtime::RuntimeGuard,
 }
 
 async fn runtime() -> Runtime {
@@ -93,42 +48,28 @@ async fn runtime() -> Runtime {
             _own: None,
         };
     }
-    for (bin, package) in [
-        ("containerd", "containerd"),
-        ("runc", "runc"),
-        ("containerd-shim-runc-v2", "containerd"),
-    ] {
-        let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-            .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
-            .any(|d| d.join(bin).exists());
-        assert!(found, "{bin} missing: apt-get install {package}");
-    }
-    let cni = k3rs::network::cni::default_plugin_dir();
-    assert!(
-        cni.join("bridge").exists(),
-        "CNI plugins missing in {}: apt-get install containernetworking-plugins",
-        cni.display()
-    );
-    let base = tempfile::tempdir().expect("runtime dir");
-    let mut options = k3rs::agent::containerd::RuntimeOptions::new(base.path().join("data"));
-    options.run_dir = base.path().join("run");
-    options.private_registry = base.path().join("registries.yaml");
+    support::runtime::require_runtime_tools();
+    let base = support::runtime::base_dir("kubelet");
+    let guard = support::runtime::RuntimeGuard::new(&base).with_bridge_address("10.99.0.1/24");
+    let mut options = k3rs::agent::containerd::RuntimeOptions::new(base.join("data"));
+    options.run_dir = base.join("run");
+    options.private_registry = base.join("registries.yaml");
     let paths = k3rs::agent::containerd::Paths::new(&options);
-    support::images::TestImage::busybox().write_to(&base.path().join("data/agent/images"));
+    support::images::TestImage::busybox().write_to(&base.join("data/agent/images"));
     k3rs::network::cni::write_conflist(&paths.cni_conf_dir, &["10.99.0.0/24".to_string()])
         .expect("CNI conflist");
-    let mut own = OwnRuntime {
-        base,
-        runtime: None,
-    };
     let runtime = k3rs::agent::containerd::start(options)
         .await
         .expect("containerd starts");
-    let endpoint = runtime.cri_endpoint().to_path_buf();
-    own.runtime = Some(runtime);
+    if let Some(pid) = runtime.containerd_pid() {
+        guard.add_pid(pid);
+    }
     Runtime {
-        endpoint,
-        _own: Some(own),
+        endpoint: runtime.cri_endpoint().to_path_buf(),
+        _own: Some(OwnRuntime {
+            _runtime: runtime,
+            _guard: guard,
+        }),
     }
 }
 
@@ -244,6 +185,31 @@ where
             panic!("timed out waiting for {what}");
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A client that authenticates with `token` only (no client certificate).
+async fn client_with_token(server: &support::Server, token: &str) -> kube::Client {
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(&server.kubeconfig).expect("read kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("kubeconfig");
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.to_string().into()),
+        ..Default::default()
+    };
+    kube::Client::try_from(config).expect("token client")
+}
+
+async fn assert_unauthorized(server: &support::Server, token: &str) {
+    let client = client_with_token(server, token).await;
+    match Api::<Pod>::namespaced(client, "default")
+        .list(&ListParams::default())
+        .await
+    {
+        Err(kube::Error::Api(e)) => assert_eq!(e.code, 401, "{e:?}"),
+        other => panic!("expected 401 for a bad token, got {other:?}"),
     }
 }
 
@@ -389,7 +355,7 @@ async fn kubelet_runs_pods_through_cri() {
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "demo"}},
             "template": {"metadata": {"labels": {"app": "demo"}}, "spec": {
                 "containers": [{"name": "main", "image": IMAGE,
-                    "command": ["sh", "-c", "echo GREETING=$GREETING TOKEN=$token POD=$POD_NAME; cat /cfg/greeting; echo; cat /sec/token; echo; exec sleep 3600"],
+                    "command": ["sh", "-c", "echo GREETING=$GREETING TOKEN=$token POD=$POD_NAME; cat /cfg/greeting; echo; cat /sec/token; echo; sa=/var/run/secrets/kubernetes.io/serviceaccount; echo SA-NS=$(cat $sa/namespace) SA-TOKEN=$(cat $sa/token); grep -q 'BEGIN CERTIFICATE' $sa/ca.crt && echo SA-CA-OK; exec sleep 3600"],
                     "env": [
                         {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "demo-config", "key": "greeting"}}},
                         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
@@ -499,6 +465,33 @@ async fn kubelet_runs_pods_through_cri() {
         log.contains("stdout F hello from a configmap"),
         "CRI log format: {log}"
     );
+
+    // The ServiceAccount admission mounted kube-api-access-*: the kubelet wrote a bound token,
+    // the cluster CA and the namespace, and the token authenticates against the API server.
+    let log = wait_for(
+        "the service-account token in the log",
+        Duration::from_secs(30),
+        || async {
+            let text = std::fs::read_to_string(&log_path).ok()?;
+            text.contains("SA-CA-OK").then_some(text)
+        },
+    )
+    .await;
+    let sa_token = log
+        .lines()
+        .find_map(|l| l.split_once("SA-TOKEN=").map(|(_, t)| t.trim().to_string()))
+        .filter(|t| t.split('.').count() == 3)
+        .unwrap_or_else(|| panic!("no JWT in the container log: {log}"));
+    assert!(log.contains("SA-NS=default "), "{log}");
+    let as_pod = client_with_token(&cluster.server, &sa_token).await;
+    Api::<Pod>::namespaced(as_pod, "default")
+        .list(&ListParams::default())
+        .await
+        .expect("the pod's service-account token is accepted");
+    let mut tampered = sa_token.clone();
+    let last = tampered.pop().expect("non-empty token");
+    tampered.push(if last == 'A' { 'B' } else { 'A' });
+    assert_unauthorized(&cluster.server, &tampered).await;
 
     // The memory limit is in the container's cgroup.
     let cid = container_id.trim_start_matches("containerd://");
@@ -649,11 +642,13 @@ async fn kubelet_runs_pods_through_cri() {
     )
     .await;
     let took = started.elapsed();
+    // The token was bound to that pod: it stops working with the pod.
+    assert_unauthorized(&cluster.server, &sa_token).await;
     assert!(
-        // KNOWN ISSUE: with the agent's own containerd the object goes away ~1.3 s after the
-        // delete instead of after the full 2 s grace period (seen 1.27-1.28 s); the lower
-        // bound stays at 1 s until that is found (recorded in the issue's closing note).
-        took >= Duration::from_millis(1000),
+        // The kubelet sees the delete after it happened, so the full 2 s must pass before the
+        // SIGKILL; the margin only covers clock granularity. (A truncated CRI stop timeout
+        // once made this ~1.3 s.)
+        took >= Duration::from_millis(1900),
         "grace period honoured: {took:?}"
     );
     assert!(

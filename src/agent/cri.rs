@@ -1,6 +1,6 @@
 //! Dialing a CRI (or containerd native API) endpoint: a tonic `Channel` over a Unix socket.
 //!
-//! Owns only the transport. The kubelet builds `k8s_cri::v1::runtime_service_client::
+//! Owns only the transport, and is the only place that dials a runtime socket. The kubelet builds `k8s_cri::v1::runtime_service_client::
 //! RuntimeServiceClient` / `image_service_client::ImageServiceClient` on the returned channel;
 //! the image importer builds `containerd_client` service clients on it. Nothing here knows about
 //! pods, images or the API server.
@@ -36,23 +36,33 @@ pub fn socket_path(endpoint: &str) -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(path))
 }
 
-/// Connects a gRPC channel to the Unix socket `socket`. The connection is made eagerly, so an
-/// absent or dead socket is an error here rather than on the first call; if containerd restarts
-/// later, tonic reconnects through the same connector.
-pub async fn connect(socket: &Path) -> anyhow::Result<Channel> {
+/// A gRPC channel to the Unix socket `socket` that dials lazily: nothing is connected until the
+/// first call, and after the runtime restarts the next call dials again through the same
+/// connector. The one connector for CRI (the kubelet, the kubelet API, the agent's checks) and
+/// containerd's native API (the image importer).
+pub fn channel(socket: &Path) -> Channel {
     let path = socket.to_path_buf();
     // The URI is required by tonic but never used: the connector below ignores it.
     Endpoint::from_static("http://[::]:50051")
         .connect_timeout(CONNECT_TIMEOUT)
-        .connect_with_connector(tower::service_fn(move |_: http::Uri| {
+        .connect_with_connector_lazy(tower::service_fn(move |_: http::Uri| {
             let path = path.clone();
             async move {
                 let stream = tokio::net::UnixStream::connect(&path).await?;
                 Ok::<_, std::io::Error>(TokioIo::new(stream))
             }
         }))
+}
+
+/// [`channel`], after checking that something accepts connections on the socket, so an absent
+/// or dead socket is an error naming it here rather than on the first call.
+pub async fn connect(socket: &Path) -> anyhow::Result<Channel> {
+    tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::UnixStream::connect(socket))
         .await
-        .with_context(|| format!("connecting to {}", socket.display()))
+        .map_err(|_| anyhow::anyhow!("timed out after {CONNECT_TIMEOUT:?}"))
+        .and_then(|r| r.map_err(anyhow::Error::from))
+        .with_context(|| format!("connecting to {}", socket.display()))?;
+    Ok(channel(socket))
 }
 
 #[cfg(test)]

@@ -243,12 +243,7 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
     kubelet_config.cluster_domain = options.cluster_domain.clone();
     kubelet_config.resolv_conf = resolv_conf(options.node.resolv_conf.as_deref());
     kubelet_config.kubelet_port = kubelet_port;
-    let flags = &options.node.kubelet;
-    kubelet_config.extra.max_pods = flags.max_pods;
-    kubelet_config.extra.image_gc_high_threshold = flags.image_gc_high_threshold;
-    kubelet_config.extra.image_gc_low_threshold = flags.image_gc_low_threshold;
-    kubelet_config.extra.node_status_update_frequency = flags.node_status_update_frequency;
-    kubelet_config.extra.pod_infra_container_image = Some(options.node.pause_image.clone());
+    kubelet_config.extra = options.node.kubelet.clone();
     // The node watch below reports registration too; this receiver only keeps the kubelet's
     // sender connected.
     let (kubelet_registered_tx, _kubelet_registered_rx) = tokio::sync::watch::channel(false);

@@ -1,6 +1,7 @@
 //! Admission and side effects of writes that belong to the API server itself:
-//! ClusterIP and NodePort allocation for Services, and registering the resources of
-//! CustomResourceDefinitions when they are written or deleted.
+//! ClusterIP and NodePort allocation for Services, the ServiceAccount admission of Pods
+//! (`sa_token::admit_pod`), and registering the resources of CustomResourceDefinitions when
+//! they are written or deleted.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -241,6 +242,9 @@ pub async fn on_create(
     check_rbac_escalation(state, info, object)?;
     if info.group.is_empty() && info.plural == "services" {
         allocate_service(state, info, object).await?;
+    }
+    if info.group.is_empty() && info.plural == "pods" {
+        super::sa_token::admit_pod(state, object);
     }
     if info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions" {
         super::crd::accept(object, &super::objects::now_rfc3339());

@@ -1,7 +1,10 @@
 //! Authentication: who is making a request. Client certificates (already verified
 //! against the client CA by TLS) give the user from the subject CN and groups from
-//! O; a bearer token equal to the server's join secret is a bootstrap credential.
-//! Anything else is anonymous, which only health and version endpoints accept.
+//! O; a bearer token equal to the server's join secret is a bootstrap credential; a
+//! service-account JWT (`sa_token`) is `system:serviceaccount:<ns>:<name>` in
+//! `system:serviceaccounts`, `system:serviceaccounts:<ns>` and `system:authenticated`.
+//! Anything else (also an expired, tampered or foreign token) is anonymous, which only
+//! health and version endpoints accept; everything else answers it 401.
 
 use std::sync::Arc;
 
@@ -76,6 +79,14 @@ impl TokenAuthenticator {
             None
         }
     }
+}
+
+/// The identity of an `Authorization` header: the join secret, else a service-account token.
+pub fn bearer_identity(state: &super::AppState, authorization: &str) -> Option<Identity> {
+    state.tokens.authenticate(authorization).or_else(|| {
+        let token = authorization.strip_prefix("Bearer ")?.trim();
+        super::sa_token::authenticate(state, token)
+    })
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

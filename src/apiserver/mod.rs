@@ -25,6 +25,7 @@ pub mod patch;
 pub mod protobuf;
 pub mod registry;
 pub mod request;
+pub mod sa_token;
 pub mod schema;
 pub mod selectors;
 pub mod snapshots;
@@ -84,6 +85,9 @@ pub struct ApiServerConfig {
     /// Signs joining nodes' kubelet certificates; `None` leaves the join endpoints
     /// (`/cacerts`, `/v1-k3rs/…`) answering 404.
     pub node_signer: Option<Arc<crate::pki::NodeSigner>>,
+    /// The service-account signing key (`<data-dir>/server/tls/service.key`, created at first
+    /// start); `None` disables TokenRequest and service-account bearer tokens.
+    pub service_account_key_file: Option<std::path::PathBuf>,
 }
 
 /// Shared state of every request.
@@ -96,6 +100,8 @@ pub struct AppState {
     pub tokens: TokenAuthenticator,
     /// RBAC and the Node authorizer.
     pub authz: Arc<authz::Authorizer>,
+    /// Signs and verifies service-account tokens.
+    pub sa_tokens: Option<sa_token::TokenSigner>,
     pub allocation: tokio::sync::Mutex<()>,
     pub metrics: metrics::Metrics,
     pub snapshots: Option<Arc<snapshots::SnapshotManager>>,
@@ -156,9 +162,16 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
         .context("loading the kubelet-client credentials")?;
     let authorizer = Arc::new(authz::Authorizer::new(&cache));
     authorizer.spawn_refresher(cache.clone());
+    let sa_tokens = config
+        .service_account_key_file
+        .as_deref()
+        .map(sa_token::TokenSigner::load_or_create)
+        .transpose()
+        .context("loading the service-account signing key")?;
     let state = Arc::new(AppState {
         authz: authorizer,
         kubelet_tls,
+        sa_tokens,
         snapshots: snapshot_manager,
         tokens: TokenAuthenticator::new(config.token_secret.clone()),
         config,
@@ -278,7 +291,7 @@ async fn dispatch(
                 .headers
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|a| state.tokens.authenticate(a))
+                .and_then(|a| authn::bearer_identity(&state, a))
         })
         .unwrap_or_else(Identity::anonymous);
     let identity = if identity.is_anonymous() {

@@ -1,5 +1,6 @@
 //! Subresources that are not plain object writes: `pods/binding` (the scheduler's
-//! bind), `pods/eviction`, and `scale` for workloads and custom resources.
+//! bind), `pods/eviction`, `serviceaccounts/token` (in `sa_token`), and `scale` for
+//! workloads and custom resources.
 
 use axum::http::{HeaderMap, StatusCode, header};
 use serde_json::{Value, json};
@@ -41,6 +42,9 @@ pub async fn create(
     match (target.info.plural.as_str(), target.subresource.as_deref()) {
         ("pods", Some("binding")) => bind(state, target, query, &payload).await,
         ("pods", Some("eviction")) => evict(state, target, query, &payload).await,
+        ("serviceaccounts", Some("token")) => {
+            super::sa_token::create(state, target, &payload).await
+        }
         (_, Some(sub)) => Err(ApiError::method_not_allowed(format!(
             "the server does not allow this method on the requested resource ({sub})"
         ))),

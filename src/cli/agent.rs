@@ -426,7 +426,33 @@ mod tests {
         )
         .expect_err("unknown kubelet arg")
         .to_string();
-        assert!(e.contains("for --kubelet-arg"), "{e}");
+        assert!(
+            e.starts_with("invalid value \"nope=1\" for --kubelet-arg: unsupported kubelet flag"),
+            "{e}"
+        );
+        // --kubelet-arg lands in the kubelet's own type; --pause-image is its sandbox default.
+        let c = load_args(
+            &[
+                MINIMAL,
+                &[
+                    "--pause-image",
+                    "registry.local/pause:9",
+                    "--kubelet-arg",
+                    "serialize-image-pulls=false",
+                    "--kubelet-arg",
+                    "eviction-hard=memory.available<200Mi",
+                ],
+            ]
+            .concat(),
+            &no_file(),
+        )
+        .expect("valid kubelet args");
+        assert!(!c.node.kubelet.serialize_image_pulls);
+        assert_eq!(c.node.kubelet.eviction_memory_available_bytes, 200 << 20);
+        assert_eq!(
+            c.node.kubelet.pod_infra_container_image.as_deref(),
+            Some("registry.local/pause:9")
+        );
     }
 
     #[test]

@@ -3,16 +3,18 @@
 //! `--pause-image`, `--private-registry`, `--resolv-conf`, `--kubelet-arg`), validated into a
 //! [`NodeConfig`].
 //!
-//! `--kubelet-arg key=value` accepts the documented subset in [`KUBELET_ARGS`]; any other key is
-//! refused (as `--kube-controller-manager-arg` is), so a tuning a user relies on never goes
-//! silently missing. Owns parsing and validation only: no files, no network.
+//! `--kubelet-arg key=value` is parsed straight into [`crate::kubelet::KubeletArgs`], which owns
+//! the documented subset; any other key is refused (as `--kube-controller-manager-arg` is), so a
+//! tuning a user relies on never goes silently missing. Owns parsing and validation only: no
+//! files, no network.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Taint;
+
+use crate::kubelet::KubeletArgs;
 
 use super::args::NodeArgs;
 use super::config::{ConfigError, Kind, Layer, Settings, parse_ip, parse_path, put_many, put_one};
@@ -41,55 +43,6 @@ pub(super) const NODE_KEYS: &[(&str, Kind)] = &[
     ("disable-network-policy", Kind::Bool),
 ];
 
-/// The kubelet flags `--kubelet-arg` may set, with what each does (listed in the error for an
-/// unknown one).
-pub const KUBELET_ARGS: &[(&str, &str)] = &[
-    ("max-pods", "pods this node may run (default 110)"),
-    (
-        "image-gc-high-threshold",
-        "disk usage percent above which unused images are removed (default 85)",
-    ),
-    (
-        "image-gc-low-threshold",
-        "disk usage percent image garbage collection frees down to (default 80)",
-    ),
-    (
-        "node-status-update-frequency",
-        "how often the kubelet posts node status (default 10s)",
-    ),
-    (
-        "serialize-image-pulls",
-        "pull one image at a time (default true)",
-    ),
-];
-
-/// The kubelet tunables of `--kubelet-arg`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubeletArgs {
-    /// `max-pods`: the node's `pods` capacity.
-    pub max_pods: u32,
-    /// `image-gc-high-threshold`, percent.
-    pub image_gc_high_threshold: u8,
-    /// `image-gc-low-threshold`, percent.
-    pub image_gc_low_threshold: u8,
-    /// `node-status-update-frequency`.
-    pub node_status_update_frequency: Duration,
-    /// `serialize-image-pulls`.
-    pub serialize_image_pulls: bool,
-}
-
-impl Default for KubeletArgs {
-    fn default() -> Self {
-        Self {
-            max_pods: 110,
-            image_gc_high_threshold: 85,
-            image_gc_low_threshold: 80,
-            node_status_update_frequency: Duration::from_secs(10),
-            serialize_image_pulls: true,
-        }
-    }
-}
-
 /// The validated node settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeConfig {
@@ -116,7 +69,8 @@ pub struct NodeConfig {
     pub private_registry: PathBuf,
     /// `--resolv-conf`; `None` lets the agent pick the host's.
     pub resolv_conf: Option<PathBuf>,
-    /// `--kubelet-arg`.
+    /// `--kubelet-arg`, parsed straight into the kubelet's own type (`--pause-image` is its
+    /// `pod-infra-container-image` default).
     pub kubelet: KubeletArgs,
 }
 
@@ -163,8 +117,12 @@ pub(super) fn resolve(s: &Settings) -> Result<NodeConfig, ConfigError> {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_PRIVATE_REGISTRY));
     let resolv_conf = s.one("resolv-conf", parse_path)?;
     let raw_args = s.many("kubelet-arg", |v| Ok(v.to_string()))?;
-    let kubelet = parse_kubelet_args(&raw_args)
-        .map_err(|(arg, reason)| s.invalid("kubelet-arg", &arg, reason))?;
+    let defaults = KubeletArgs {
+        pod_infra_container_image: Some(pause_image.clone()),
+        ..KubeletArgs::default()
+    };
+    let kubelet = KubeletArgs::parse_onto(defaults, &raw_args)
+        .map_err(|e| s.invalid("kubelet-arg", &e.argument(), e.reason()))?;
     Ok(NodeConfig {
         flannel_backend,
         flannel_iface,
@@ -302,78 +260,6 @@ fn parse_image(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-fn percent(value: &str) -> Result<u8, String> {
-    match value.parse::<u8>() {
-        Ok(p) if p <= 100 => Ok(p),
-        _ => Err("expected a percentage from 0 to 100".to_string()),
-    }
-}
-
-/// Applies `--kubelet-arg` values (`key=value`, a leading `--` ignored as k3s does) over the
-/// defaults. Errors name the argument and say what is wrong.
-pub fn parse_kubelet_args(args: &[String]) -> Result<KubeletArgs, (String, String)> {
-    let mut out = KubeletArgs::default();
-    for arg in args {
-        let fail = |reason: String| (arg.clone(), reason);
-        let trimmed = arg.trim().trim_start_matches("--");
-        let (key, value) = trimmed
-            .split_once('=')
-            .ok_or_else(|| fail("expected <flag>=<value>, e.g. max-pods=200".into()))?;
-        let (key, value) = (key.trim(), value.trim());
-        match key {
-            "max-pods" => {
-                out.max_pods = match value.parse::<u32>() {
-                    Ok(n) if n > 0 => n,
-                    _ => return Err(fail("expected a positive number of pods".into())),
-                }
-            }
-            "image-gc-high-threshold" => {
-                out.image_gc_high_threshold = percent(value).map_err(fail)?
-            }
-            "image-gc-low-threshold" => {
-                out.image_gc_low_threshold = percent(value).map_err(fail)?
-            }
-            "node-status-update-frequency" => {
-                let d = super::controller_manager::parse_go_duration(value).map_err(fail)?;
-                if d.is_zero() {
-                    return Err(fail("must be greater than 0".into()));
-                }
-                out.node_status_update_frequency = d;
-            }
-            "serialize-image-pulls" => {
-                out.serialize_image_pulls = match value {
-                    "true" => true,
-                    "false" => false,
-                    _ => return Err(fail("expected true or false".into())),
-                }
-            }
-            other => {
-                let known: Vec<&str> = KUBELET_ARGS.iter().map(|(k, _)| *k).collect();
-                return Err(fail(format!(
-                    "k3rs does not implement the kubelet flag --{other}; supported: {}",
-                    known.join(", ")
-                )));
-            }
-        }
-    }
-    if out.image_gc_low_threshold > out.image_gc_high_threshold {
-        let arg = args
-            .iter()
-            .rev()
-            .find(|a| a.contains("image-gc-low-threshold"))
-            .cloned()
-            .unwrap_or_else(|| format!("image-gc-low-threshold={}", out.image_gc_low_threshold));
-        return Err((
-            arg,
-            format!(
-                "image-gc-low-threshold must not exceed image-gc-high-threshold ({})",
-                out.image_gc_high_threshold
-            ),
-        ));
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,34 +313,5 @@ mod tests {
         );
         assert!(parse_endpoint("tcp://1.2.3.4:1").is_err());
         assert!(parse_endpoint("relative.sock").is_err());
-    }
-
-    #[test]
-    fn kubelet_args_subset() {
-        let args: Vec<String> = [
-            "max-pods=200",
-            "--node-status-update-frequency=4s",
-            "serialize-image-pulls=false",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let k = parse_kubelet_args(&args).expect("valid");
-        assert_eq!(k.max_pods, 200);
-        assert_eq!(k.node_status_update_frequency, Duration::from_secs(4));
-        assert!(!k.serialize_image_pulls);
-        assert_eq!(k.image_gc_high_threshold, 85);
-        let (arg, reason) =
-            parse_kubelet_args(&["cgroup-driver=systemd".to_string()]).expect_err("unknown");
-        assert_eq!(arg, "cgroup-driver=systemd");
-        assert!(
-            reason.contains("does not implement") && reason.contains("max-pods"),
-            "{reason}"
-        );
-        assert!(parse_kubelet_args(&["max-pods=0".to_string()]).is_err());
-        assert!(parse_kubelet_args(&["max-pods".to_string()]).is_err());
-        let (_, reason) = parse_kubelet_args(&["image-gc-low-threshold=90".to_string()])
-            .expect_err("low above high");
-        assert!(reason.contains("must not exceed"), "{reason}");
     }
 }

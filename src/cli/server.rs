@@ -169,6 +169,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         node_signer: Some(std::sync::Arc::new(
             pki::NodeSigner::from_pki(&prepared.pki).context("preparing the node signer")?,
         )),
+        service_account_key_file: Some(config.data_dir.join("server/tls/service.key")),
     };
     let server = crate::apiserver::start(apiserver_config)
         .await
@@ -187,6 +188,10 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         tokio::spawn(crate::dns::bootstrap::run(
             client.clone(),
             config.cluster_dns,
+        ));
+        tokio::spawn(crate::controllers::root_ca::run(
+            client.clone(),
+            prepared.pki.server_ca().cert_pem().to_string(),
         ));
         tokio::spawn(crate::controllers::run(client, config.controllers.clone()));
     }

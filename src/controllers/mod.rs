@@ -36,6 +36,7 @@ pub mod node_lifecycle;
 pub mod pod_gc;
 pub mod replicaset;
 pub mod replicationcontroller;
+pub mod root_ca;
 pub mod serviceaccount;
 pub mod statefulset;
 pub mod taint_eviction;

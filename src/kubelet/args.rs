@@ -10,7 +10,8 @@
 //! | `maximum-dead-containers-per-container` | 1 | exited instances kept per container |
 //! | `kube-reserved`, `system-reserved` | none | `cpu=…,memory=…` taken from allocatable |
 //! | `eviction-hard` | `memory.available<100Mi,nodefs.available<10%` | pressure thresholds |
-//! | `pod-infra-container-image` | `k3rs.local/pause:3.10` | the sandbox image image GC never removes |
+//! | `pod-infra-container-image` | `--pause-image` | the sandbox image image GC never removes |
+//! | `serialize-image-pulls` | true | pull one image at a time |
 //!
 //! Anything else is refused with a message naming the flag, so a typo is not silently ignored.
 
@@ -21,13 +22,39 @@ pub enum KubeletArgError {
     #[error("--kubelet-arg {0:?}: expected name=value")]
     Shape(String),
     #[error("--kubelet-arg {name}: unsupported kubelet flag (supported: {supported})")]
-    Unknown { name: String, supported: String },
+    Unknown {
+        name: String,
+        value: String,
+        supported: String,
+    },
     #[error("--kubelet-arg {name}={value}: {reason}")]
     Value {
         name: String,
         value: String,
         reason: String,
     },
+}
+
+impl KubeletArgError {
+    /// The `--kubelet-arg` value at fault, as the user wrote it (for "invalid value" errors).
+    pub fn argument(&self) -> String {
+        match self {
+            KubeletArgError::Shape(arg) => arg.clone(),
+            KubeletArgError::Unknown { name, value, .. }
+            | KubeletArgError::Value { name, value, .. } => format!("{name}={value}"),
+        }
+    }
+
+    /// What is wrong, without the argument.
+    pub fn reason(&self) -> String {
+        match self {
+            KubeletArgError::Shape(_) => "expected name=value, e.g. max-pods=200".into(),
+            KubeletArgError::Unknown { supported, .. } => {
+                format!("unsupported kubelet flag (supported: {supported})")
+            }
+            KubeletArgError::Value { reason, .. } => reason.clone(),
+        }
+    }
 }
 
 const SUPPORTED: &[&str] = &[
@@ -40,6 +67,7 @@ const SUPPORTED: &[&str] = &[
     "system-reserved",
     "eviction-hard",
     "pod-infra-container-image",
+    "serialize-image-pulls",
 ];
 
 /// The sandbox image the agent builds and configures containerd with (the agent contract).
@@ -61,6 +89,8 @@ pub struct KubeletArgs {
     pub eviction_nodefs_available_percent: u8,
     /// The sandbox image, protected from image GC.
     pub pod_infra_container_image: Option<String>,
+    /// Pull one image at a time (the kubelet's default).
+    pub serialize_image_pulls: bool,
 }
 
 impl Default for KubeletArgs {
@@ -76,6 +106,7 @@ impl Default for KubeletArgs {
             eviction_memory_available_bytes: 100 * 1024 * 1024,
             eviction_nodefs_available_percent: 10,
             pod_infra_container_image: Some(DEFAULT_PAUSE_IMAGE.to_string()),
+            serialize_image_pulls: true,
         }
     }
 }
@@ -83,7 +114,16 @@ impl Default for KubeletArgs {
 impl KubeletArgs {
     /// Parses `--kubelet-arg` values in order (later ones win, as with the kubelet's flags).
     pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<KubeletArgs, KubeletArgError> {
-        let mut out = KubeletArgs::default();
+        Self::parse_onto(KubeletArgs::default(), args)
+    }
+
+    /// Parses `--kubelet-arg` values over `defaults` (the agent's own flags, such as
+    /// `--pause-image`, set defaults that a `--kubelet-arg` may still override).
+    pub fn parse_onto<S: AsRef<str>>(
+        defaults: KubeletArgs,
+        args: &[S],
+    ) -> Result<KubeletArgs, KubeletArgError> {
+        let mut out = defaults;
         for arg in args {
             let arg = arg.as_ref().trim_start_matches("--");
             let (name, value) = arg
@@ -133,6 +173,13 @@ impl KubeletArgs {
                         }
                     }
                 }
+                "serialize-image-pulls" => {
+                    out.serialize_image_pulls = match value {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(bad("expected true or false")),
+                    }
+                }
                 "pod-infra-container-image" => {
                     out.pod_infra_container_image =
                         Some(value.to_string()).filter(|v| !v.is_empty())
@@ -161,6 +208,7 @@ impl KubeletArgs {
                 _ => {
                     return Err(KubeletArgError::Unknown {
                         name: name.to_string(),
+                        value: value.to_string(),
                         supported: SUPPORTED.join(", "),
                     });
                 }
@@ -266,6 +314,23 @@ mod tests {
         assert_eq!(args.reserved_memory_bytes, 256 * 1024 * 1024);
         assert_eq!(args.eviction_memory_available_bytes, 200 * 1024 * 1024);
         assert_eq!(args.eviction_nodefs_available_percent, 5);
+        let defaults = KubeletArgs {
+            pod_infra_container_image: Some("registry.local/pause:9".into()),
+            ..KubeletArgs::default()
+        };
+        let args =
+            KubeletArgs::parse_onto(defaults.clone(), &["serialize-image-pulls=false"]).unwrap();
+        assert!(!args.serialize_image_pulls);
+        assert_eq!(
+            args.pod_infra_container_image.as_deref(),
+            Some("registry.local/pause:9")
+        );
+        let args = KubeletArgs::parse_onto(defaults, &["pod-infra-container-image=other/pause:1"])
+            .unwrap();
+        assert_eq!(
+            args.pod_infra_container_image.as_deref(),
+            Some("other/pause:1")
+        );
     }
 
     #[test]
@@ -284,7 +349,10 @@ mod tests {
             KubeletArgError::Shape(_)
         ));
         assert!(KubeletArgs::parse(&["max-pods=lots"]).is_err());
-        assert!(KubeletArgs::parse(&["image-gc-low-threshold=90"]).is_err());
+        let err = KubeletArgs::parse(&["image-gc-low-threshold=90"]).unwrap_err();
+        assert_eq!(err.argument(), "image-gc-low-threshold=90");
+        assert!(err.reason().contains("must not exceed"), "{err}");
+        assert!(KubeletArgs::parse(&["serialize-image-pulls=maybe"]).is_err());
     }
 
     #[test]

@@ -7,21 +7,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 /// A CRI call failed: which call, and the gRPC status.
 #[derive(Debug, thiserror::Error)]
 pub enum CriError {
-    #[error("connecting to the CRI endpoint {path}: {source}")]
-    Connect {
-        path: PathBuf,
-        #[source]
-        source: tonic::transport::Error,
-    },
     #[error("CRI {call}: {status}")]
     Call {
         call: &'static str,
@@ -31,11 +24,10 @@ pub enum CriError {
 }
 
 impl CriError {
-    /// The gRPC code of a failed call (`Unknown` for connection errors).
+    /// The gRPC code of the failed call.
     pub fn code(&self) -> tonic::Code {
         match self {
             CriError::Call { status, .. } => status.code(),
-            CriError::Connect { .. } => tonic::Code::Unavailable,
         }
     }
 
@@ -43,7 +35,6 @@ impl CriError {
     pub fn message(&self) -> String {
         match self {
             CriError::Call { status, .. } => status.message().to_string(),
-            other => other.to_string(),
         }
     }
 }
@@ -64,23 +55,6 @@ pub struct Cri {
     image: ImageServiceClient<Channel>,
 }
 
-/// Dials a unix socket lazily: the channel reconnects by itself after the runtime restarts.
-fn channel(socket: &Path) -> CriResult<Channel> {
-    let path = socket.to_path_buf();
-    let endpoint = Endpoint::try_from("http://[::1]:0").map_err(|source| CriError::Connect {
-        path: path.clone(),
-        source,
-    })?;
-    Ok(endpoint
-        .connect_timeout(Duration::from_secs(5))
-        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-            }
-        })))
-}
-
 macro_rules! call {
     ($self:ident . $svc:ident . $method:ident ($req:expr), $timeout:expr) => {{
         let mut request = tonic::Request::new($req);
@@ -99,16 +73,17 @@ macro_rules! call {
 }
 
 impl Cri {
-    /// A client for the CRI socket at `socket` (a path, or `unix://` + path).
-    pub fn new(socket: &Path) -> CriResult<Cri> {
+    /// A client for the CRI socket at `socket` (a path, or `unix://` + path). It dials lazily,
+    /// so the kubelet can start while the runtime is still coming up.
+    pub fn new(socket: &Path) -> Cri {
         let text = socket.to_string_lossy();
         let path = PathBuf::from(text.strip_prefix("unix://").unwrap_or(&text));
-        let channel = channel(&path)?;
-        Ok(Cri {
+        let channel = crate::agent::cri::channel(&path);
+        Cri {
             runtime: RuntimeServiceClient::new(channel.clone())
                 .max_decoding_message_size(MAX_MESSAGE),
             image: ImageServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE),
-        })
+        }
     }
 
     pub async fn version(&self) -> CriResult<cri::VersionResponse> {
@@ -230,11 +205,12 @@ impl Cri {
     }
 
     /// Stops a container: SIGTERM (or the image's stop signal), SIGKILL after `grace`.
+    /// Stops a container: the runtime sends the stop signal, waits `grace`, then SIGKILLs.
     pub async fn stop_container(&self, id: &str, grace: Duration) -> CriResult<()> {
         call!(
             self.runtime.stop_container(cri::StopContainerRequest {
                 container_id: id.into(),
-                timeout: grace.as_secs() as i64,
+                timeout: stop_timeout_seconds(grace),
             }),
             grace + CALL_TIMEOUT
         )
@@ -353,10 +329,37 @@ impl Cri {
     }
 }
 
+/// CRI's StopContainer timeout is whole seconds. What is left of a grace period is rarely a
+/// whole number (the Killing event and preStop hook take some of it), and truncating it would
+/// SIGKILL up to a second early — a 2 s grace became 1 s. So a started second counts.
+fn stop_timeout_seconds(grace: Duration) -> i64 {
+    let whole = grace.as_secs();
+    let rounded = if grace.subsec_nanos() > 0 {
+        whole + 1
+    } else {
+        whole
+    };
+    i64::try_from(rounded).unwrap_or(i64::MAX)
+}
+
 pub fn image_spec(image: &str) -> cri::ImageSpec {
     cri::ImageSpec {
         image: image.to_string(),
         user_specified_image: image.to_string(),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_timeout_rounds_a_started_second_up() {
+        assert_eq!(stop_timeout_seconds(Duration::ZERO), 0);
+        assert_eq!(stop_timeout_seconds(Duration::from_secs(2)), 2);
+        assert_eq!(stop_timeout_seconds(Duration::from_millis(1_990)), 2);
+        assert_eq!(stop_timeout_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(stop_timeout_seconds(Duration::from_millis(30_001)), 31);
     }
 }

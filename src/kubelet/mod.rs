@@ -16,6 +16,7 @@ pub mod host;
 pub mod node;
 pub mod pods;
 pub mod server;
+pub mod tokens;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -130,6 +131,10 @@ pub struct Kubelet {
     pub config: Config,
     pub cri: cri::Cri,
     pub recorder: crate::controllers::events::Recorder,
+    /// One permit with `serialize-image-pulls=true` (the default): pulls wait their turn.
+    pub image_pulls: tokio::sync::Semaphore,
+    /// Pod-bound service-account tokens for projected volumes.
+    pub tokens: tokens::TokenManager,
 }
 
 /// Runs the kubelet until an unrecoverable error: waits for the runtime, registers the Node
@@ -139,8 +144,7 @@ pub async fn run(
     config: Config,
     registered: tokio::sync::watch::Sender<bool>,
 ) -> anyhow::Result<()> {
-    let cri = cri::Cri::new(&config.cri_endpoint)
-        .with_context(|| format!("CRI endpoint {}", config.cri_endpoint.display()))?;
+    let cri = cri::Cri::new(&config.cri_endpoint);
     std::fs::create_dir_all(config.root_dir.join("pods"))
         .with_context(|| format!("creating the kubelet root {}", config.root_dir.display()))?;
     let version = wait_for_runtime(&cri).await;
@@ -152,11 +156,18 @@ pub async fn run(
     );
     let recorder = crate::controllers::events::Recorder::new(client.clone(), "kubelet")
         .with_host(config.node_name.clone());
+    let image_pulls = tokio::sync::Semaphore::new(if config.extra.serialize_image_pulls {
+        1
+    } else {
+        tokio::sync::Semaphore::MAX_PERMITS
+    });
     let kubelet = Arc::new(Kubelet {
+        tokens: tokens::TokenManager::new(client.clone()),
         client,
         config,
         cri,
         recorder,
+        image_pulls,
     });
     let node = node::NodeAgent::new(kubelet.clone(), version);
     node.register().await;

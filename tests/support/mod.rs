@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod images;
+pub mod runtime;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

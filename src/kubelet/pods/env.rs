@@ -54,6 +54,27 @@ pub struct EnvContext<'a> {
     pub node_storage_bytes: u64,
 }
 
+/// What a `configMapKeyRef`/`secretKeyRef` did not find.
+enum Missing {
+    Object,
+    Key,
+}
+
+/// The value of `key` in a ConfigMap's or Secret's entries (`None` when the object is
+/// missing); an optional reference to something missing is no variable at all.
+fn key_value(
+    entries: Option<BTreeMap<String, Vec<u8>>>,
+    key: &str,
+    optional: bool,
+) -> Result<Option<String>, Missing> {
+    match entries.map(|mut e| e.remove(key)) {
+        Some(Some(v)) => Ok(Some(String::from_utf8_lossy(&v).into_owned())),
+        _ if optional => Ok(None),
+        Some(None) => Err(Missing::Key),
+        None => Err(Missing::Object),
+    }
+}
+
 /// Fetches ConfigMaps and Secrets once per container start.
 pub struct Sources {
     client: kube::Client,
@@ -414,41 +435,31 @@ pub async fn build(
             None => Some(expand(env.value.as_deref().unwrap_or(""), &vars)),
             Some(from) => {
                 if let Some(sel) = &from.config_map_key_ref {
-                    let optional = sel.optional.unwrap_or(false);
                     let namespace = sources.namespace().to_string();
-                    match sources.config_map(&sel.name).await? {
-                        Some(cm) => match config_map_entries(cm).remove(&sel.key) {
-                            Some(v) => Some(String::from_utf8_lossy(&v).into_owned()),
-                            None if optional => None,
-                            None => {
-                                return Err(EnvError::ConfigMapKey {
-                                    key: sel.key.clone(),
-                                    namespace,
-                                    name: sel.name.clone(),
-                                });
-                            }
+                    let entries = sources.config_map(&sel.name).await?.map(config_map_entries);
+                    key_value(entries, &sel.key, sel.optional.unwrap_or(false)).map_err(
+                        |missing| match missing {
+                            Missing::Object => EnvError::ConfigMapNotFound(sel.name.clone()),
+                            Missing::Key => EnvError::ConfigMapKey {
+                                key: sel.key.clone(),
+                                namespace,
+                                name: sel.name.clone(),
+                            },
                         },
-                        None if optional => None,
-                        None => return Err(EnvError::ConfigMapNotFound(sel.name.clone())),
-                    }
+                    )?
                 } else if let Some(sel) = &from.secret_key_ref {
-                    let optional = sel.optional.unwrap_or(false);
                     let namespace = sources.namespace().to_string();
-                    match sources.secret(&sel.name).await? {
-                        Some(s) => match secret_entries(s).remove(&sel.key) {
-                            Some(v) => Some(String::from_utf8_lossy(&v).into_owned()),
-                            None if optional => None,
-                            None => {
-                                return Err(EnvError::SecretKey {
-                                    key: sel.key.clone(),
-                                    namespace,
-                                    name: sel.name.clone(),
-                                });
-                            }
+                    let entries = sources.secret(&sel.name).await?.map(secret_entries);
+                    key_value(entries, &sel.key, sel.optional.unwrap_or(false)).map_err(
+                        |missing| match missing {
+                            Missing::Object => EnvError::SecretNotFound(sel.name.clone()),
+                            Missing::Key => EnvError::SecretKey {
+                                key: sel.key.clone(),
+                                namespace,
+                                name: sel.name.clone(),
+                            },
                         },
-                        None if optional => None,
-                        None => return Err(EnvError::SecretNotFound(sel.name.clone())),
-                    }
+                    )?
                 } else if let Some(f) = &from.field_ref {
                     Some(field_value(ctx, &f.field_path)?)
                 } else if let Some(r) = &from.resource_field_ref {

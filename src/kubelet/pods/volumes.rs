@@ -1,7 +1,8 @@
 //! Pod volumes under `<root>/pods/<uid>/volumes/<plugin>/<name>`: emptyDir (a directory, or a
 //! tmpfs for `medium: Memory` sized by `sizeLimit`), configMap, secret, downwardAPI and
 //! projected (written with the kubelet's atomic `..data` symlink swap, so a running container
-//! sees an update land all at once), and hostPath with its type checks.
+//! sees an update land all at once; `serviceAccountToken` sources from `kubelet::tokens`), and
+//! hostPath with its type checks.
 //!
 //! Reads ConfigMaps and Secrets through the API; touches the filesystem only under the pod's
 //! directory (and hostPath's `…OrCreate` paths, as the kubelet does).
@@ -14,6 +15,7 @@ use std::path::{Component, Path, PathBuf};
 use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume};
 
 use super::env::{self, EnvContext, Sources};
+use crate::kubelet::tokens::TokenManager;
 
 const DEFAULT_MODE: i32 = 0o644;
 
@@ -33,6 +35,8 @@ pub enum VolumeError {
     BadPath(String),
     #[error("volume type not supported by this kubelet")]
     Unsupported,
+    #[error(transparent)]
+    Token(#[from] crate::kubelet::tokens::TokenError),
     #[error(transparent)]
     Env(#[from] env::EnvError),
     #[error("{what}: {source}")]
@@ -55,10 +59,6 @@ pub struct Prepared {
     pub read_only: bool,
 }
 
-/// What happened while preparing volumes that deserves an event but does not fail the pod.
-#[derive(Debug, Default)]
-pub struct Warnings(pub Vec<String>);
-
 pub fn pod_dir(root: &Path, uid: &str) -> PathBuf {
     root.join("pods").join(uid)
 }
@@ -73,12 +73,12 @@ pub async fn setup(
     pod: &Pod,
     ctx: &EnvContext<'_>,
     sources: &mut Sources,
-    warnings: &mut Warnings,
+    tokens: &TokenManager,
 ) -> Result<BTreeMap<String, Prepared>, (String, VolumeError)> {
     let uid = pod.metadata.uid.as_deref().unwrap_or("");
     let mut out = BTreeMap::new();
     for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-        let prepared = setup_one(root, uid, pod, volume, ctx, sources, warnings)
+        let prepared = setup_one(root, uid, pod, volume, ctx, sources, tokens)
             .await
             .map_err(|e| (volume.name.clone(), e))?;
         out.insert(volume.name.clone(), prepared);
@@ -93,7 +93,7 @@ async fn setup_one(
     volume: &Volume,
     ctx: &EnvContext<'_>,
     sources: &mut Sources,
-    warnings: &mut Warnings,
+    tokens: &TokenManager,
 ) -> Result<Prepared, VolumeError> {
     let name = &volume.name;
     if let Some(empty) = &volume.empty_dir {
@@ -187,10 +187,15 @@ async fn setup_one(
                 )?);
             }
             if let Some(token) = &source.service_account_token {
-                warnings.0.push(format!(
-                    "projected volume {name}: serviceAccountToken {:?} skipped: the API server does not serve serviceaccounts/token",
-                    token.path
-                ));
+                let path = checked_path(&token.path)?;
+                let jwt = tokens
+                    .token(
+                        pod,
+                        token.audience.as_deref().unwrap_or(""),
+                        token.expiration_seconds.unwrap_or(3600),
+                    )
+                    .await?;
+                files.insert(path, (jwt.into_bytes(), mode as u32));
             }
         }
         ("kubernetes.io~projected", files)
@@ -405,79 +410,38 @@ pub fn write_atomic(dir: &Path, files: &Files) -> io::Result<bool> {
 
 fn check_host_path(path: &Path, kind: &str) -> Result<(), VolumeError> {
     let display = path.display().to_string();
-    let fail = |kind: &'static str| {
-        Err(VolumeError::HostPathType {
-            path: display.clone(),
-            kind,
-        })
+    let meta = std::fs::metadata(path).ok();
+    // The `…OrCreate` types create what is missing (as the kubelet does); then every type
+    // is a check of what is there.
+    let (what, is): (&'static str, fn(&std::fs::Metadata) -> bool) = match kind {
+        "" => return Ok(()),
+        "DirectoryOrCreate" | "Directory" => ("directory", |m| m.is_dir()),
+        "FileOrCreate" | "File" => ("file", |m| m.is_file()),
+        "Socket" => ("socket", |m| m.file_type().is_socket()),
+        "CharDevice" => ("character device", |m| m.file_type().is_char_device()),
+        "BlockDevice" => ("block device", |m| m.file_type().is_block_device()),
+        _ => ("known hostPath type", |_| false),
     };
-    let meta = std::fs::metadata(path);
-    match kind {
-        "" => Ok(()),
-        "DirectoryOrCreate" => {
-            if meta.is_err() {
-                std::fs::create_dir_all(path).map_err(io_err(format!("creating {display}")))?;
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
-                    .map_err(io_err(format!("chmod {display}")))?;
-                return Ok(());
-            }
-            if meta.is_ok_and(|m| m.is_dir()) {
-                Ok(())
-            } else {
-                fail("directory")
-            }
-        }
-        "Directory" => {
-            if meta.is_ok_and(|m| m.is_dir()) {
-                Ok(())
-            } else {
-                fail("directory")
-            }
-        }
-        "FileOrCreate" => {
-            if meta.is_err() {
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .map_err(io_err(format!("creating {display}")))?;
-                return Ok(());
-            }
-            if meta.is_ok_and(|m| m.is_file()) {
-                Ok(())
-            } else {
-                fail("file")
-            }
-        }
-        "File" => {
-            if meta.is_ok_and(|m| m.is_file()) {
-                Ok(())
-            } else {
-                fail("file")
-            }
-        }
-        "Socket" => {
-            if meta.is_ok_and(|m| m.file_type().is_socket()) {
-                Ok(())
-            } else {
-                fail("socket")
-            }
-        }
-        "CharDevice" => {
-            if meta.is_ok_and(|m| m.file_type().is_char_device()) {
-                Ok(())
-            } else {
-                fail("character device")
-            }
-        }
-        "BlockDevice" => {
-            if meta.is_ok_and(|m| m.file_type().is_block_device()) {
-                Ok(())
-            } else {
-                fail("block device")
-            }
-        }
-        _ => fail("known hostPath type"),
+    if meta.is_none() && kind == "DirectoryOrCreate" {
+        std::fs::create_dir_all(path).map_err(io_err(format!("creating {display}")))?;
+        return std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+            .map_err(io_err(format!("chmod {display}")));
+    }
+    if meta.is_none() && kind == "FileOrCreate" {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(io_err(format!("creating {display}")))?;
+        return Ok(());
+    }
+    if meta.as_ref().is_some_and(is) {
+        Ok(())
+    } else {
+        Err(VolumeError::HostPathType {
+            path: display,
+            kind: what,
+        })
     }
 }
 

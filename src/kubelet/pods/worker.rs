@@ -72,7 +72,6 @@ pub struct Worker {
     volumes: BTreeMap<String, Prepared>,
     volumes_refreshed: Option<Instant>,
     volume_error: Option<String>,
-    warned: std::collections::HashSet<String>,
     sandbox_backoff: Backoff,
     last_sandbox_failure: Option<SystemTime>,
     pod_ips: Vec<String>,
@@ -153,7 +152,6 @@ impl Worker {
             volumes: BTreeMap::new(),
             volumes_refreshed: None,
             volume_error: None,
-            warned: Default::default(),
             sandbox_backoff: Backoff::default(),
             last_sandbox_failure: None,
             pod_ips: Vec::new(),
@@ -355,22 +353,15 @@ impl Worker {
                 self.kubelet.client.clone(),
                 pod.metadata.namespace.as_deref().unwrap_or("default"),
             );
-            let mut warnings = volumes::Warnings::default();
             let ctx = self.env_context(pod);
             let result = volumes::setup(
                 &self.kubelet.config.root_dir,
                 pod,
                 &ctx,
                 &mut sources,
-                &mut warnings,
+                &self.kubelet.tokens,
             )
             .await;
-            for w in warnings.0 {
-                if self.warned.insert(w.clone()) {
-                    self.event(&pod_ref(pod), EventType::Warning, "FailedMount", &w)
-                        .await;
-                }
-            }
             match result {
                 Ok(v) => {
                     self.volumes = v;
@@ -798,13 +789,17 @@ impl Worker {
         )
         .await;
         let started = Instant::now();
-        match self
+        let turn = self.kubelet.image_pulls.acquire().await;
+        let pulling = Instant::now();
+        let pulled = self
             .cri()
             .pull_image(&image, Some(sandbox_config.clone()))
-            .await
-        {
+            .await;
+        drop(turn);
+        match pulled {
             Ok(image_ref) => {
-                let took = started.elapsed();
+                let took = pulling.elapsed();
+                let with_waiting = started.elapsed();
                 let size = self
                     .cri()
                     .image_status(&image_ref)
@@ -817,11 +812,12 @@ impl Worker {
                 mem.pull_backoff.reset();
                 mem.last_pull_failure = None;
                 let took = format!("{:.3}s", took.as_secs_f64());
+                let with_waiting = format!("{:.3}s", with_waiting.as_secs_f64());
                 self.event(
                     &object,
                     EventType::Normal,
                     "Pulled",
-                    &format!("Successfully pulled image \"{image}\" in {took} ({took} including waiting). Image size: {size} bytes."),
+                    &format!("Successfully pulled image \"{image}\" in {took} ({with_waiting} including waiting). Image size: {size} bytes."),
                 )
                 .await;
                 Some(image_ref)
@@ -846,6 +842,27 @@ impl Worker {
                 None
             }
         }
+    }
+
+    /// A container could not be created or started: Waiting with `reason`, a `Failed` event
+    /// ("Error: <message>", as the kubelet words it), and another try after `retry`.
+    async fn container_failed(
+        &mut self,
+        object: &ObjectReference,
+        name: &str,
+        reason: &str,
+        message: &str,
+        retry: Duration,
+    ) {
+        self.set_waiting(name, reason, message);
+        self.event(
+            object,
+            EventType::Warning,
+            "Failed",
+            &format!("Error: {message}"),
+        )
+        .await;
+        self.wake_within(retry);
     }
 
     fn set_waiting(&mut self, name: &str, reason: &str, message: &str) {
@@ -999,15 +1016,14 @@ impl Worker {
             Ok(e) => e,
             Err(e) => {
                 let message = e.to_string();
-                self.set_waiting(&c.name, "CreateContainerConfigError", &message);
-                self.event(
+                self.container_failed(
                     &object,
-                    EventType::Warning,
-                    "Failed",
-                    &format!("Error: {message}"),
+                    &c.name,
+                    "CreateContainerConfigError",
+                    &message,
+                    Duration::from_secs(5),
                 )
                 .await;
-                self.wake_within(Duration::from_secs(5));
                 return;
             }
         };
@@ -1015,15 +1031,14 @@ impl Worker {
         let mounts = match self.mounts(pod, c, &vars) {
             Ok(m) => m,
             Err(message) => {
-                self.set_waiting(&c.name, "CreateContainerConfigError", &message);
-                self.event(
+                self.container_failed(
                     &object,
-                    EventType::Warning,
-                    "Failed",
-                    &format!("Error: {message}"),
+                    &c.name,
+                    "CreateContainerConfigError",
+                    &message,
+                    Duration::from_secs(5),
                 )
                 .await;
-                self.wake_within(Duration::from_secs(5));
                 return;
             }
         };
@@ -1118,15 +1133,14 @@ impl Worker {
             Ok(id) => id,
             Err(e) => {
                 let message = e.message();
-                self.set_waiting(&c.name, "CreateContainerError", &message);
-                self.event(
+                self.container_failed(
                     &object,
-                    EventType::Warning,
-                    "Failed",
-                    &format!("Error: {message}"),
+                    &c.name,
+                    "CreateContainerError",
+                    &message,
+                    Duration::from_secs(5),
                 )
                 .await;
-                self.wake_within(Duration::from_secs(5));
                 return;
             }
         };
@@ -1139,15 +1153,14 @@ impl Worker {
         .await;
         if let Err(e) = self.cri().start_container(&id).await {
             let message = e.message();
-            self.set_waiting(&c.name, "RunContainerError", &message);
-            self.event(
+            self.container_failed(
                 &object,
-                EventType::Warning,
-                "Failed",
-                &format!("Error: {message}"),
+                &c.name,
+                "RunContainerError",
+                &message,
+                Duration::from_secs(1),
             )
             .await;
-            self.wake_within(Duration::from_secs(1));
             return;
         }
         self.memory.entry(c.name.clone()).or_default().waiting = None;
@@ -1459,6 +1472,7 @@ impl Worker {
         if let Some(dir) = log_dir {
             let _ = std::fs::remove_dir_all(dir);
         }
+        self.kubelet.tokens.forget(&self.uid);
     }
 
     /// The final delete: grace 0 with the UID precondition, so a same-named successor is safe.

@@ -31,21 +31,10 @@ pub enum LookupError {
     Runtime(#[from] tonic::Status),
 }
 
-/// A lazily connecting CRI channel to a unix socket: the server starts even while the runtime
-/// is still coming up, and each call reconnects as needed.
-pub fn connect_lazy(socket: &Path) -> anyhow::Result<Runtime> {
-    let path = socket.to_path_buf();
-    // The URI is a placeholder: the connector ignores it and dials the socket.
-    let endpoint = tonic::transport::Endpoint::try_from("http://[::]:50051")?;
-    let channel =
-        endpoint.connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(&path).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        }));
-    Ok(RuntimeServiceClient::new(channel))
+/// A lazily connecting CRI client for the unix socket `socket`: the server starts even while
+/// the runtime is still coming up, and each call reconnects as needed.
+pub fn connect_lazy(socket: &Path) -> Runtime {
+    RuntimeServiceClient::new(crate::agent::cri::channel(socket))
 }
 
 fn pod_labels(namespace: &str, pod: &str) -> HashMap<String, String> {

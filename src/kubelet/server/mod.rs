@@ -67,8 +67,7 @@ pub async fn serve_on(listener: TcpListener, config: ServerConfig) -> anyhow::Re
     let tls = tls_config(&config)?;
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let state = Arc::new(State {
-        runtime: cri::connect_lazy(&config.cri_endpoint)
-            .with_context(|| format!("CRI endpoint {}", config.cri_endpoint.display()))?,
+        runtime: cri::connect_lazy(&config.cri_endpoint),
         pod_log_dir: config.pod_log_dir.clone(),
         node_name: node_name_of(&config.serving_cert_pem).unwrap_or_else(hostname),
         cpu: stats::CpuSampler::default(),
