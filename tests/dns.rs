@@ -238,10 +238,17 @@ async fn cluster_dns_answers_from_services_and_forwards_the_rest() {
     // The server's DNS bootstrap writes the slice shortly after start.
     let deadline = Instant::now() + Duration::from_secs(20);
     let dns_slice = loop {
-        match kube_system.get_opt("kube-dns-k3rs").await.expect("get slice") {
+        match kube_system
+            .get_opt("kube-dns-k3rs")
+            .await
+            .expect("get slice")
+        {
             Some(slice) => break slice,
             None => {
-                assert!(Instant::now() < deadline, "no kube-dns EndpointSlice after 20 s");
+                assert!(
+                    Instant::now() < deadline,
+                    "no kube-dns EndpointSlice after 20 s"
+                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }

@@ -484,10 +484,31 @@ async fn kubelet_runs_pods_through_cri() {
         .unwrap_or_else(|| panic!("no JWT in the container log: {log}"));
     assert!(log.contains("SA-NS=default "), "{log}");
     let as_pod = client_with_token(&cluster.server, &sa_token).await;
-    Api::<Pod>::namespaced(as_pod, "default")
-        .list(&ListParams::default())
+    // The token authenticates as the pod's service account (whoami)...
+    let review = as_pod
+        .request_text(
+            http::Request::post("/apis/authentication.k8s.io/v1/selfsubjectreviews")
+                .header("content-type", "application/json")
+                .body(
+                    br#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#
+                        .to_vec(),
+                )
+                .expect("request"),
+        )
         .await
         .expect("the pod's service-account token is accepted");
+    assert!(
+        review.contains("\"username\":\"system:serviceaccount:default:default\""),
+        "{review}"
+    );
+    // ...which RBAC gives nothing beyond discovery, as in Kubernetes.
+    match Api::<Pod>::namespaced(as_pod, "default")
+        .list(&ListParams::default())
+        .await
+    {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+        other => panic!("the default service account listed pods: {other:?}"),
+    }
     let mut tampered = sa_token.clone();
     let last = tampered.pop().expect("non-empty token");
     tampered.push(if last == 'A' { 'B' } else { 'A' });

@@ -64,6 +64,21 @@ fn claims(token: &str) -> Value {
 async fn service_account_tokens() {
     let server = support::Server::start();
     let admin = server.client().await;
+    // The tokens' pods list pods below: RBAC lets the default account read its namespace.
+    let bindings: Api<k8s_openapi::api::rbac::v1::RoleBinding> =
+        Api::namespaced(admin.clone(), "default");
+    bindings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "default-view"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+                "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "default"}]
+            }))
+            .expect("binding"),
+        )
+        .await
+        .expect("bind view to default/default");
 
     // Every namespace gets kube-root-ca.crt with the server CA.
     let ca = std::fs::read_to_string(server.dir.path().join("data/server/tls/server-ca.crt"))
