@@ -188,22 +188,8 @@ where
     }
 }
 
-/// A client that authenticates with `token` only (no client certificate).
-async fn client_with_token(server: &support::Server, token: &str) -> kube::Client {
-    let kubeconfig =
-        kube::config::Kubeconfig::read_from(&server.kubeconfig).expect("read kubeconfig");
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("kubeconfig");
-    config.auth_info = kube::config::AuthInfo {
-        token: Some(token.to_string().into()),
-        ..Default::default()
-    };
-    kube::Client::try_from(config).expect("token client")
-}
-
 async fn assert_unauthorized(server: &support::Server, token: &str) {
-    let client = client_with_token(server, token).await;
+    let client = support::client_with_token(server, token).await;
     match Api::<Pod>::namespaced(client, "default")
         .list(&ListParams::default())
         .await
@@ -483,7 +469,7 @@ async fn kubelet_runs_pods_through_cri() {
         .filter(|t| t.split('.').count() == 3)
         .unwrap_or_else(|| panic!("no JWT in the container log: {log}"));
     assert!(log.contains("SA-NS=default "), "{log}");
-    let as_pod = client_with_token(&cluster.server, &sa_token).await;
+    let as_pod = support::client_with_token(&cluster.server, &sa_token).await;
     // The token authenticates as the pod's service account (whoami)...
     let review = as_pod
         .request_text(

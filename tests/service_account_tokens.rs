@@ -29,22 +29,8 @@ where
     }
 }
 
-/// A client that authenticates with `token` only (no client certificate).
-async fn client_with_token(server: &support::Server, token: &str) -> kube::Client {
-    let kubeconfig =
-        kube::config::Kubeconfig::read_from(&server.kubeconfig).expect("read kubeconfig");
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("kubeconfig");
-    config.auth_info = kube::config::AuthInfo {
-        token: Some(token.to_string().into()),
-        ..Default::default()
-    };
-    kube::Client::try_from(config).expect("token client")
-}
-
 async fn list_status(server: &support::Server, token: &str) -> Result<(), u16> {
-    let client = client_with_token(server, token).await;
+    let client = support::client_with_token(server, token).await;
     match Api::<Pod>::namespaced(client, "default")
         .list(&ListParams::default())
         .await

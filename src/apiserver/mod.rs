@@ -659,17 +659,7 @@ async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
             legacy_watch: false,
         };
         let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-        ignore_exists(
-            handlers::create_object(
-                state,
-                &target,
-                &Query::default(),
-                object,
-                Vec::new(),
-                Some("k3rs"),
-            )
-            .await,
-        )?;
+        create_builtin(state, &target, object).await?;
     }
     let svc_info = state
         .registry
@@ -704,18 +694,7 @@ async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
         "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
         "spec": {"clusterIP": ip.to_string(), "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": state.config.advertise.port()}]}
     });
-    ignore_exists(
-        handlers::create_object(
-            state,
-            &target,
-            &Query::default(),
-            object,
-            Vec::new(),
-            Some("k3rs"),
-        )
-        .await,
-    )?;
-    Ok(())
+    create_builtin(state, &target, object).await
 }
 
 /// Asks the authorizer whether `identity` may make this request.
@@ -759,20 +738,29 @@ async fn bootstrap_rbac(state: &Arc<AppState>) -> anyhow::Result<()> {
             subresource: None,
             legacy_watch: false,
         };
-        ignore_exists(
-            handlers::create_object(
-                state,
-                &target,
-                &Query::default(),
-                object,
-                Vec::new(),
-                Some("k3rs"),
-            )
-            .await,
-        )?;
+        create_builtin(state, &target, object).await?;
     }
     state.authz.refresh(&state.cache);
     Ok(())
+}
+
+/// Creates an object k3rs itself owns (field manager `k3rs`); one that exists is fine.
+async fn create_builtin(
+    state: &AppState,
+    target: &request::Target,
+    object: Value,
+) -> anyhow::Result<()> {
+    ignore_exists(
+        handlers::create_object(
+            state,
+            target,
+            &Query::default(),
+            object,
+            Vec::new(),
+            Some("k3rs"),
+        )
+        .await,
+    )
 }
 
 fn ignore_exists(result: Result<Response, ApiError>) -> anyhow::Result<()> {

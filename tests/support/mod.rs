@@ -199,6 +199,20 @@ impl Drop for Server {
     }
 }
 
+/// A client for `server` that authenticates with `token` only (no client certificate).
+pub async fn client_with_token(server: &Server, token: &str) -> kube::Client {
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(&server.kubeconfig).expect("read kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("kubeconfig");
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.to_string().into()),
+        ..Default::default()
+    };
+    kube::Client::try_from(config).expect("token client")
+}
+
 /// Every installed kubectl version (1.27 ... 1.33); fails loudly if none is present.
 pub fn kubectls() -> Vec<PathBuf> {
     let dir = Path::new("/usr/lib/google-cloud-sdk/bin");

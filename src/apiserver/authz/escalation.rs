@@ -144,6 +144,27 @@ fn describe(who: &Identity) -> String {
     format!("user \"{}\" (groups=[{}])", who.user, groups.join(" "))
 }
 
+/// `Ok` when nothing is missing, else the refusal listing what the writer does not hold.
+fn held_or_refused(
+    info: &ResourceInfo,
+    name: &str,
+    who: &Identity,
+    missing: Vec<String>,
+) -> Result<(), ApiError> {
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(refuse(
+        info,
+        name,
+        format!(
+            "{} is attempting to grant RBAC permissions not currently held:\n{}",
+            describe(who),
+            missing.join("\n")
+        ),
+    ))
+}
+
 /// Finds a stored role by (plural, namespace, name).
 pub type RoleLookup<'a> = dyn Fn(&str, Option<&str>, &str) -> Option<Value> + 'a;
 
@@ -182,19 +203,7 @@ pub fn check(
                 ));
             }
             let missing = not_held(authorizer, &who, namespace, &rules_of(object));
-            if missing.is_empty() {
-                Ok(())
-            } else {
-                Err(refuse(
-                    info,
-                    name,
-                    format!(
-                        "{} is attempting to grant RBAC permissions not currently held:\n{}",
-                        describe(&who),
-                        missing.join("\n")
-                    ),
-                ))
-            }
+            held_or_refused(info, name, &who, missing)
         }
         "rolebindings" | "clusterrolebindings" => {
             let kind = object["roleRef"]["kind"].as_str().unwrap_or_default();
@@ -232,19 +241,7 @@ pub fn check(
                 rules = authorizer.cluster_role_rules(role);
             }
             let missing = not_held(authorizer, &who, namespace, &rules);
-            if missing.is_empty() {
-                Ok(())
-            } else {
-                Err(refuse(
-                    info,
-                    name,
-                    format!(
-                        "{} is attempting to grant RBAC permissions not currently held:\n{}",
-                        describe(&who),
-                        missing.join("\n")
-                    ),
-                ))
-            }
+            held_or_refused(info, name, &who, missing)
         }
         _ => Ok(()),
     }
