@@ -183,13 +183,21 @@ async fn cluster_dns_answers_from_services_and_forwards_the_rest() {
     ));
 
     // The view fills once the watches have listed.
+    // The server task may not have bound its socket yet: a query sent before that is lost,
+    // so keep asking.
     let deadline = Instant::now() + Duration::from_secs(20);
     let reply = loop {
-        let reply = ask_udp(listen, "web.default.svc.cluster.local", wire::TYPE_A).await;
-        if !reply.answers.is_empty() {
-            break reply;
+        let asked = tokio::time::timeout(
+            Duration::from_secs(1),
+            ask_udp(listen, "web.default.svc.cluster.local", wire::TYPE_A),
+        )
+        .await;
+        if let Ok(reply) = &asked
+            && !reply.answers.is_empty()
+        {
+            break asked.expect("answered");
         }
-        assert!(Instant::now() < deadline, "web never resolved: {reply:?}");
+        assert!(Instant::now() < deadline, "web never resolved: {asked:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(reply.rcode(), wire::RCODE_NOERROR);
