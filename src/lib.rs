@@ -9,6 +9,7 @@ pub mod cli;
 pub mod controllers;
 pub mod cron;
 pub mod dns;
+pub mod informer;
 pub mod kubelet;
 pub mod network;
 pub mod pki;

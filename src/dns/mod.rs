@@ -19,11 +19,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::Notify;
@@ -93,32 +90,6 @@ impl Shared {
     }
 }
 
-fn reflect<K>(api: kube::Api<K>, changed: Arc<Notify>) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer);
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(_) => changed.notify_one(),
-                Err(e) => tracing::debug!(error = %e, "dns watch error (retrying)"),
-            }
-        }
-    });
-    store
-}
-
 /// Binds every listen address (UDP and TCP) and serves queries from `shared` in background
 /// tasks; returns their handles.
 pub async fn serve(
@@ -150,8 +121,16 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
     let servers = serve(config.clone(), shared.clone()).await?;
     tracing::info!(listen = ?config.listen, domain = %config.domain, upstreams = ?config.upstreams, "cluster DNS started");
     let changed = Arc::new(Notify::new());
-    let services = reflect(kube::Api::<Service>::all(client.clone()), changed.clone());
-    let slices = reflect(kube::Api::<EndpointSlice>::all(client), changed.clone());
+    let services = crate::informer::reflect(
+        kube::Api::<Service>::all(client.clone()),
+        changed.clone(),
+        "dns",
+    );
+    let slices = crate::informer::reflect(
+        kube::Api::<EndpointSlice>::all(client),
+        changed.clone(),
+        "dns",
+    );
     let mut serial: u32 = 1;
     loop {
         changed.notified().await;

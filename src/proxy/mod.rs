@@ -24,11 +24,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::Notify;
 
 pub use apply::{Host, SyncKind, Syncer};
@@ -80,33 +77,6 @@ impl Config {
     }
 }
 
-/// Keeps a reflector for `K` running, poking `changed` on every event.
-fn reflect<K>(api: kube::Api<K>, changed: Arc<Notify>) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer);
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(_) => changed.notify_one(),
-                Err(e) => tracing::debug!(error = %e, "proxy watch error (retrying)"),
-            }
-        }
-    });
-    store
-}
-
 /// Runs the proxy until the future is dropped. Fails only if `nft` cannot be run at all.
 pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
     let host = Host {
@@ -114,8 +84,16 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
     };
     host.prepare_kernel().await;
     let changed = Arc::new(Notify::new());
-    let services = reflect(kube::Api::<Service>::all(client.clone()), changed.clone());
-    let slices = reflect(kube::Api::<EndpointSlice>::all(client), changed.clone());
+    let services = crate::informer::reflect(
+        kube::Api::<Service>::all(client.clone()),
+        changed.clone(),
+        "proxy",
+    );
+    let slices = crate::informer::reflect(
+        kube::Api::<EndpointSlice>::all(client),
+        changed.clone(),
+        "proxy",
+    );
     services
         .wait_until_ready()
         .await
