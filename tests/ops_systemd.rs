@@ -265,3 +265,98 @@ fn check_config_exit_code_matches_its_report() {
         );
     }
 }
+
+/// The agent under `Type=notify`: `STATUS=` lines while it joins and starts its runtime,
+/// `READY=1` only once its Node object exists in the API, `STOPPING=1` and a clean exit on
+/// SIGTERM. Root: the agent runs its own containerd in a network namespace of the test's.
+#[test]
+fn agent_notifies_ready_once_its_node_is_registered() {
+    use support::cluster::{Cluster, ClusterSpec};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket_path = dir.path().join("agent-notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind notify socket");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let socket_env = socket_path.to_string_lossy().into_owned();
+    let mut cluster = Cluster::start(ClusterSpec::new(0).agent_env("NOTIFY_SOCKET", &socket_env));
+    let node = format!("node-{}-0", cluster.slot);
+
+    // Each datagram, and (for READY=1) whether the Node existed when it arrived.
+    let (tx, rx) = mpsc::channel::<(String, Option<bool>)>();
+    let kubeconfig = cluster.server.kubeconfig.clone();
+    let reader_node = node.clone();
+    let reader = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(150);
+        let mut buf = [0u8; 4096];
+        while Instant::now() < deadline {
+            let Ok(n) = socket.recv(&mut buf) else {
+                continue;
+            };
+            let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let node_check = message.lines().any(|l| l == "READY=1").then(|| {
+                Command::new("kubectl")
+                    .arg("--kubeconfig")
+                    .arg(&kubeconfig)
+                    .args(["get", "node", &reader_node, "-o", "name"])
+                    .output()
+                    .map(|o| o.status.success())
+                    .unwrap_or(false)
+            });
+            let stop = message.contains("STOPPING=1");
+            if tx.send((message, node_check)).is_err() || stop {
+                return;
+            }
+        }
+    });
+    cluster.add_agent(0);
+
+    let mut messages: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "no READY=1 from the agent; got {messages:?}\n{}",
+            cluster.agent_logs(40)
+        );
+        if let Ok((message, node_check)) = rx.recv_timeout(Duration::from_millis(200)) {
+            messages.push(message);
+            if let Some(registered) = node_check {
+                assert!(registered, "READY=1 arrived before Node {node} existed");
+                break;
+            }
+        }
+    }
+    let ready_at = messages.len() - 1;
+    assert_eq!(messages[ready_at], "READY=1\nSTATUS=k3rs agent is running");
+    for expected in ["Joining the cluster", "Starting the container runtime"] {
+        assert!(
+            messages[..ready_at]
+                .iter()
+                .any(|m| m.starts_with("STATUS=") && m.contains(expected)),
+            "a STATUS line saying {expected:?} before READY=1: {messages:?}"
+        );
+    }
+    cluster.wait_nodes_ready(Duration::from_secs(60));
+
+    let agent = cluster.agents[0].child.as_mut().expect("agent process");
+    // SAFETY: kill(2) on the agent this test started.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    let until = Instant::now() + Duration::from_secs(15);
+    let mut stopping = false;
+    while Instant::now() < until && !stopping {
+        if let Ok((message, _)) = rx.recv_timeout(Duration::from_millis(100)) {
+            stopping = message.starts_with("STOPPING=1");
+        }
+    }
+    assert!(stopping, "no STOPPING=1 from the agent after SIGTERM");
+    let status = loop {
+        if let Ok(Some(status)) = agent.try_wait() {
+            break status;
+        }
+        assert!(Instant::now() < until, "agent did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "clean agent exit on SIGTERM: {status}");
+    let _ = reader.join();
+}

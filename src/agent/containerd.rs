@@ -337,6 +337,11 @@ fn spawn_containerd(binary: &Path, paths: &Paths) -> anyhow::Result<tokio::proce
         .stderr(log)
         // Its own process group: a Ctrl-C or a signal to the agent's group spares containerd.
         .process_group(0)
+        // containerd speaks sd_notify too: inheriting our socket it would tell systemd
+        // READY=1 (and feed our watchdog) before the agent has registered its Node.
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("WATCHDOG_USEC")
+        .env_remove("WATCHDOG_PID")
         .kill_on_drop(false)
         .spawn()
         .with_context(|| format!("starting {}", binary.display()))?;

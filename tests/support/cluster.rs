@@ -140,6 +140,8 @@ pub struct ClusterSpec {
     pub agents: usize,
     /// Extra arguments for every agent (e.g. `--flannel-backend=host-gw`).
     pub agent_args: Vec<String>,
+    /// Extra environment for every agent (e.g. `NOTIFY_SOCKET`).
+    pub agent_env: Vec<(String, String)>,
 }
 
 impl ClusterSpec {
@@ -147,11 +149,17 @@ impl ClusterSpec {
         Self {
             agents,
             agent_args: Vec::new(),
+            agent_env: Vec::new(),
         }
     }
 
     pub fn agent_arg(mut self, arg: &str) -> Self {
         self.agent_args.push(arg.to_string());
+        self
+    }
+
+    pub fn agent_env(mut self, key: &str, value: &str) -> Self {
+        self.agent_env.push((key.to_string(), value.to_string()));
         self
     }
 }
@@ -348,6 +356,7 @@ impl Cluster {
             .env("K3RS_POD_LOG_DIR", dir.join("pod-logs"))
             .env("K3RS_KUBELET_PORT", "10250")
             .env("RUST_LOG", "info,k3rs::network=debug")
+            .envs(self.spec.agent_env.iter().map(|(k, v)| (k, v)))
             .env_remove("K3RS_TOKEN")
             .env_remove("K3RS_URL")
             .env_remove("K3RS_DATA_DIR")
