@@ -265,6 +265,25 @@ impl WatchCache {
         Ok(cache)
     }
 
+    /// A cache holding `objects` (key, JSON), for other modules' unit tests.
+    #[cfg(test)]
+    pub(crate) fn holding(objects: &[(&str, serde_json::Value)]) -> WatchCache {
+        let cache = WatchCache::empty();
+        for (revision, (key, value)) in (2..).zip(objects) {
+            cache.apply(&Event::Put {
+                kv: crate::store::KeyValue {
+                    key: key.as_bytes().to_vec(),
+                    value: serde_json::to_vec(value).unwrap_or_default(),
+                    create_revision: revision,
+                    mod_revision: revision,
+                    version: 1,
+                },
+                prev_kv: None,
+            });
+        }
+        cache
+    }
+
     fn empty() -> WatchCache {
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
         let (revision_tx, _) = watch::channel(0);
