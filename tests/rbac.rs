@@ -2,7 +2,8 @@
 //! certificates the test signs with the cluster's client CA are forbidden until RBAC grants
 //! them something, with kube-apiserver's 403 wording; bindings to users, groups and
 //! aggregated ClusterRoles take effect; `kubectl auth can-i` (and `--list`) and
-//! `kubectl auth whoami` answer from the authorizer; node credentials get the Node rules.
+//! `kubectl auth whoami` answer from the authorizer; node credentials get the Node rules,
+//! narrowed by the Node authorizer and NodeRestriction to the objects of their own pods.
 
 mod support;
 
@@ -236,8 +237,13 @@ fn node_credentials_get_the_node_rules_only() {
     let node = kubeconfig_for(&server, "system:node:worker-1", &["system:nodes"]);
     let out = kubectl_as(&server, &node, &["get", "nodes"]);
     assert!(out.status.success(), "{}", text(&out));
+    // The Node authorizer: configmaps only one by one, and only those its pods use.
     let out = kubectl_as(&server, &node, &["get", "configmaps", "-A"]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("User \"system:node:worker-1\" cannot list resource \"configmaps\" in API group \"\" at the cluster scope: can only read namespaced object of this type"),
+        "{}",
+        text(&out)
+    );
     let out = kubectl_as(&server, &node, &["create", "namespace", "from-a-node"]);
     assert!(
         text(&out).contains("User \"system:node:worker-1\" cannot create resource \"namespaces\""),
@@ -402,4 +408,286 @@ fn rbac_writes_cannot_grant_more_than_the_writer_holds() {
         None,
     );
     assert!(!text(&out).contains("dev-root"), "{}", text(&out));
+}
+
+/// Runs kubectl as `kubeconfig` with `stdin` as the input of `-f -`.
+fn kubectl_as_with_input(server: &Server, kubeconfig: &Path, args: &[&str], input: &str) -> Output {
+    use std::io::Write;
+    let mut child = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .env("KUBECACHEDIR", server.dir.path().join("kubecache-user"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run kubectl (install kubectl)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write stdin");
+    child.wait_with_output().expect("kubectl output")
+}
+
+fn assert_denied(out: &Output, message: &str) {
+    assert_eq!(out.status.code(), Some(1), "{}", text(out));
+    // kubectl puts `error when creating "STDIN": ` between the two for `create -f`.
+    assert!(
+        text(out).contains("Error from server (Forbidden): ") && text(out).contains(message),
+        "want {message:?}, got: {}",
+        text(out)
+    );
+}
+
+#[test]
+fn node_authorizer_limits_a_node_to_the_objects_of_its_own_pods() {
+    let server = Server::start();
+    let node = kubeconfig_for(&server, "system:node:worker-1", &["system:nodes"]);
+    // Two pods bound to two nodes (stored directly: no kubelet runs them), each using
+    // its own secret and configmap.
+    let objects = r#"
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Secret, metadata: {name: mine}, stringData: {k: v}}
+- {apiVersion: v1, kind: Secret, metadata: {name: theirs}, stringData: {k: v}}
+- {apiVersion: v1, kind: Secret, metadata: {name: pull-mine}, stringData: {k: v}}
+- {apiVersion: v1, kind: ConfigMap, metadata: {name: env-mine}, data: {k: v}}
+- {apiVersion: v1, kind: ConfigMap, metadata: {name: env-theirs}, data: {k: v}}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: on-worker-1}
+  spec:
+    nodeName: worker-1
+    imagePullSecrets: [{name: pull-mine}]
+    containers:
+    - name: c
+      image: busybox
+      envFrom: [{configMapRef: {name: env-mine}}]
+    volumes: [{name: s, secret: {secretName: mine}}]
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: on-worker-2}
+  spec:
+    nodeName: worker-2
+    containers:
+    - name: c
+      image: busybox
+      env: [{name: X, valueFrom: {configMapKeyRef: {name: env-theirs, key: k}}}]
+    volumes: [{name: s, secret: {secretName: theirs}}]
+"#;
+    let out = server.kubectl_with(Path::new("kubectl"), &["apply", "-f", "-"], Some(objects));
+    assert!(out.status.success(), "{}", text(&out));
+
+    // Reads: what its pod references, by get or by a single-name list; nothing else.
+    for (kind, name) in [
+        ("secret", "mine"),
+        ("secret", "pull-mine"),
+        ("configmap", "env-mine"),
+    ] {
+        let out = kubectl_as(&server, &node, &["get", kind, name, "-o", "name"]);
+        assert!(out.status.success(), "get {kind} {name}: {}", text(&out));
+    }
+    let out = kubectl_as(
+        &server,
+        &node,
+        &[
+            "get",
+            "secrets",
+            "--field-selector",
+            "metadata.name=mine",
+            "-o",
+            "name",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "secret/mine");
+    let out = kubectl_as(&server, &node, &["get", "secret", "theirs"]);
+    assert_denied(
+        &out,
+        "secrets \"theirs\" is forbidden: User \"system:node:worker-1\" cannot get resource \"secrets\" in API group \"\" in the namespace \"default\": no relationship found between node 'worker-1' and this object",
+    );
+    let out = kubectl_as(&server, &node, &["get", "configmap", "env-theirs"]);
+    assert_denied(
+        &out,
+        "configmaps \"env-theirs\" is forbidden: User \"system:node:worker-1\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"default\": no relationship found between node 'worker-1' and this object",
+    );
+    let out = kubectl_as(&server, &node, &["get", "secrets"]);
+    assert_denied(
+        &out,
+        "secrets is forbidden: User \"system:node:worker-1\" cannot list resource \"secrets\" in API group \"\" in the namespace \"default\": No Object name found",
+    );
+    // Writes to secrets are never a node's.
+    let out = kubectl_as(&server, &node, &["delete", "secret", "mine"]);
+    assert_denied(
+        &out,
+        "secrets \"mine\" is forbidden: User \"system:node:worker-1\" cannot delete resource \"secrets\" in API group \"\" in the namespace \"default\": can only read resources of this type",
+    );
+
+    // When the other pod moves to this node (a new pod, as pods do not move), its
+    // objects become readable.
+    let out = server.kubectl_with(
+        Path::new("kubectl"),
+        &[
+            "delete",
+            "pod",
+            "on-worker-2",
+            "--grace-period=0",
+            "--force",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let moved = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: moved-to-worker-1}
+spec:
+  nodeName: worker-1
+  containers:
+  - name: c
+    image: busybox
+    env: [{name: X, valueFrom: {configMapKeyRef: {name: env-theirs, key: k}}}]
+  volumes: [{name: s, secret: {secretName: theirs}}]
+"#;
+    let out = server.kubectl_with(Path::new("kubectl"), &["apply", "-f", "-"], Some(moved));
+    assert!(out.status.success(), "{}", text(&out));
+    eventually(
+        "the moved pod's secret and configmap become readable",
+        || {
+            for (kind, name) in [("secret", "theirs"), ("configmap", "env-theirs")] {
+                let out = kubectl_as(&server, &node, &["get", kind, name, "-o", "name"]);
+                if !out.status.success() {
+                    return Err(text(&out));
+                }
+            }
+            Ok(())
+        },
+    );
+
+    // Its own Node: create and patch; another node's: neither.
+    let node_object = |name: &str| {
+        format!("{{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{{\"name\":\"{name}\"}}}}")
+    };
+    let out = kubectl_as_with_input(
+        &server,
+        &node,
+        &["create", "-f", "-"],
+        &node_object("worker-1"),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kubectl_as_with_input(
+        &server,
+        &node,
+        &["create", "-f", "-"],
+        &node_object("worker-2"),
+    );
+    assert_denied(
+        &out,
+        "nodes \"worker-2\" is forbidden: node \"worker-1\" is not allowed to modify node \"worker-2\"",
+    );
+    let out = server.kubectl_with(
+        Path::new("kubectl"),
+        &["create", "-f", "-"],
+        Some(&node_object("worker-2")),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let label = r#"{"metadata":{"labels":{"team":"a"}}}"#;
+    let out = kubectl_as(&server, &node, &["patch", "node", "worker-1", "-p", label]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kubectl_as(&server, &node, &["patch", "node", "worker-2", "-p", label]);
+    assert_denied(
+        &out,
+        "nodes \"worker-2\" is forbidden: node \"worker-1\" is not allowed to modify node \"worker-2\"",
+    );
+    let out = kubectl_as(
+        &server,
+        &node,
+        &[
+            "patch",
+            "node",
+            "worker-2",
+            "--subresource=status",
+            "-p",
+            r#"{"status":{"phase":"Running"}}"#,
+        ],
+    );
+    assert_denied(
+        &out,
+        "nodes \"worker-2\" is forbidden: node \"worker-1\" is not allowed to modify node \"worker-2\"",
+    );
+    // Reading nodes stays cluster-wide (kube-proxy, DNS and the pod network need it).
+    let out = kubectl_as(&server, &node, &["get", "nodes", "-o", "name"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("node/worker-2"));
+
+    // Pod status only of its own pods; no pods of its own making but mirror pods.
+    let status = r#"{"status":{"message":"from worker-1"}}"#;
+    let out = kubectl_as(
+        &server,
+        &node,
+        &[
+            "patch",
+            "pod",
+            "on-worker-1",
+            "--subresource=status",
+            "-p",
+            status,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let other = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: elsewhere}
+spec: {nodeName: worker-2, containers: [{name: c, image: busybox}]}
+"#;
+    let out = server.kubectl_with(Path::new("kubectl"), &["apply", "-f", "-"], Some(other));
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kubectl_as(
+        &server,
+        &node,
+        &[
+            "patch",
+            "pod",
+            "elsewhere",
+            "--subresource=status",
+            "-p",
+            status,
+        ],
+    );
+    assert_denied(
+        &out,
+        "pods \"elsewhere\" is forbidden: node \"worker-1\" can only update pod status for pods with spec.nodeName set to itself",
+    );
+    let out = kubectl_as(&server, &node, &["delete", "pod", "elsewhere"]);
+    assert_denied(
+        &out,
+        "pods \"elsewhere\" is forbidden: node \"worker-1\" can only delete pods with spec.nodeName set to itself",
+    );
+    let own = other
+        .replace("elsewhere", "made-by-node")
+        .replace("worker-2", "worker-1");
+    let out = kubectl_as_with_input(&server, &node, &["create", "-f", "-"], &own);
+    assert_denied(
+        &out,
+        "pods \"made-by-node\" is forbidden: pod does not have \"kubernetes.io/config.mirror\" annotation, node \"worker-1\" can only create mirror pods",
+    );
+
+    // Leases: its own, in kube-node-lease.
+    let lease = |name: &str| {
+        format!(
+            "{{\"apiVersion\":\"coordination.k8s.io/v1\",\"kind\":\"Lease\",\"metadata\":{{\"name\":\"{name}\",\"namespace\":\"kube-node-lease\"}},\"spec\":{{\"holderIdentity\":\"{name}\"}}}}"
+        )
+    };
+    let out = kubectl_as_with_input(&server, &node, &["create", "-f", "-"], &lease("worker-1"));
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kubectl_as_with_input(&server, &node, &["create", "-f", "-"], &lease("worker-2"));
+    assert_denied(
+        &out,
+        "leases.coordination.k8s.io \"worker-2\" is forbidden: can only access node lease with the same name as the requesting node",
+    );
 }

@@ -958,6 +958,12 @@ pub async fn create_object(
         check_namespace(state, info, ns).await?;
     }
     objects::apply_defaults(info, &mut object);
+    // NodeRestriction: what a node creates must be its own (Node, Lease, mirror pods).
+    if let Ok(Err(denied)) = super::authz::escalation::REQUESTER
+        .try_with(|who| super::authz::node::admit_create(who, &info.group, &info.plural, &object))
+    {
+        return Err(denied);
+    }
     super::admission::on_create(state, info, &mut object, dry_run).await?;
     let causes = validate(state, info, &object);
     if !causes.is_empty() {

@@ -712,15 +712,23 @@ fn authorize(
         Route::Healthz(_) | Route::Version => return Ok(()),
         Route::Resource(target) => {
             verb = authz::resource_verb(method, target, query);
-            authz::resource_attributes(verb, target)
+            let mut attrs = authz::resource_attributes(verb, target);
+            // A list or watch narrowed to one name by `metadata.name=` is authorized for
+            // that name, as kube-apiserver's request info does.
+            if let authz::RequestKind::Resource { name, .. } = &mut attrs.kind
+                && name.is_none()
+                && matches!(verb, "list" | "watch")
+            {
+                *name = authz::node::field_selected_name(query);
+            }
+            attrs
         }
         _ => authz::path_attributes(method, path),
     };
-    if state.authz.allows(identity, &attrs) {
-        Ok(())
-    } else {
-        Err(authz::forbidden(identity, &attrs))
-    }
+    state
+        .authz
+        .check(identity, &attrs)
+        .map_err(|denial| authz::denied(identity, &attrs, denial))
 }
 
 /// Stores the default ClusterRoles and ClusterRoleBindings that are missing (Kubernetes's

@@ -14,8 +14,14 @@ use tokio::sync::{broadcast, watch};
 
 use crate::store::{Event, RangeRequest, Store, StoreError};
 
-/// How many recent events are kept for watches that resume from a revision.
+/// How many recent events are kept for watches that resume from a revision...
 const HISTORY_EVENTS: usize = 20_000;
+/// ...and at most this many bytes of their objects. The history's old versions are the
+/// only copies of objects the cache holds beyond the current state, so this bounds what a
+/// burst of writes (pods created then updated by the scheduler, their events) costs in
+/// memory; a watch resuming from before the window gets `410 Expired` and re-lists, as
+/// with kube-apiserver's watch cache (which keeps a window of about 75 s per resource).
+const HISTORY_BYTES: usize = 16 << 20;
 /// Events buffered per live watcher before it is closed (the client re-lists).
 const BROADCAST_CAPACITY: usize = 16_384;
 
@@ -59,6 +65,8 @@ pub struct CacheEvent {
 struct State {
     objects: BTreeMap<Arc<str>, CachedObject>,
     history: VecDeque<Arc<CacheEvent>>,
+    /// Sum of the `bytes` lengths of the events in `history`.
+    history_bytes: usize,
     /// Watches may resume from any revision at or after this one.
     history_start: i64,
     revision: i64,
@@ -265,6 +273,25 @@ impl WatchCache {
         Ok(cache)
     }
 
+    /// A cache holding `objects` (key, JSON), for other modules' unit tests.
+    #[cfg(test)]
+    pub(crate) fn holding(objects: &[(&str, serde_json::Value)]) -> WatchCache {
+        let cache = WatchCache::empty();
+        for (revision, (key, value)) in (2..).zip(objects) {
+            cache.apply(&Event::Put {
+                kv: crate::store::KeyValue {
+                    key: key.as_bytes().to_vec(),
+                    value: serde_json::to_vec(value).unwrap_or_default(),
+                    create_revision: revision,
+                    mod_revision: revision,
+                    version: 1,
+                },
+                prev_kv: None,
+            });
+        }
+        cache
+    }
+
     fn empty() -> WatchCache {
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
         let (revision_tx, _) = watch::channel(0);
@@ -272,6 +299,7 @@ impl WatchCache {
             state: RwLock::new(State {
                 objects: BTreeMap::new(),
                 history: VecDeque::new(),
+                history_bytes: 0,
                 history_start: 0,
                 revision: 0,
             }),
@@ -303,6 +331,7 @@ impl WatchCache {
         let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
         state.objects = objects;
         state.history.clear();
+        state.history_bytes = 0;
         state.history_start = listed.revision;
         state.revision = listed.revision;
         drop(state);
@@ -398,10 +427,13 @@ impl WatchCache {
             }
         }
         state.revision = revision;
+        state.history_bytes += event.bytes.len();
         state.history.push_back(event.clone());
-        if state.history.len() > HISTORY_EVENTS
-            && let Some(dropped) = state.history.pop_front()
-        {
+        while state.history.len() > HISTORY_EVENTS || state.history_bytes > HISTORY_BYTES {
+            let Some(dropped) = state.history.pop_front() else {
+                break;
+            };
+            state.history_bytes -= dropped.bytes.len();
             state.history_start = dropped.revision;
         }
         // Sent under the lock so subscribers never see a gap or a repeat.
@@ -601,6 +633,43 @@ mod tests {
         assert!(cache.get(key).is_none());
         // All keys of the history and the map are one allocation.
         assert!(Arc::ptr_eq(&events[0].key, &events[1].key));
+    }
+
+    #[test]
+    fn history_is_bounded_by_the_bytes_of_its_objects() {
+        let cache = WatchCache::empty();
+        // 1 MiB objects: the byte bound, not the event count, limits the history.
+        let payload = "x".repeat(1 << 20);
+        let events = HISTORY_BYTES / payload.len() + 8;
+        for i in 0..events {
+            let key = format!("/registry/configmaps/default/c{i}");
+            cache.apply(&Event::Put {
+                kv: kv(
+                    &key,
+                    json!({"metadata": {"name": format!("c{i}")}, "data": {"k": payload}}),
+                    i as i64 + 2,
+                ),
+                prev_kv: None,
+            });
+        }
+        let state = cache.state.read().expect("lock");
+        assert!(
+            state.history_bytes <= HISTORY_BYTES,
+            "{}",
+            state.history_bytes
+        );
+        assert!(state.history.len() < events && !state.history.is_empty());
+        let oldest = state.history_start;
+        drop(state);
+        // Resuming inside the window works; from before it is 410 material.
+        let (backlog, _, _) = cache.subscribe(oldest).expect("inside the window");
+        assert_eq!(backlog.last().map(|e| e.revision), Some(events as i64 + 1));
+        assert!(matches!(
+            cache.subscribe(oldest - 1),
+            Err(SubscribeError::TooOld { .. })
+        ));
+        // Every object is still in the current state.
+        assert_eq!(cache.count("/registry/configmaps/"), events);
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! Authorization: may this user do this? Kubernetes's chain in k3rs's form: members of
 //! `system:masters` may do everything; node credentials (`system:node:<name>` in
-//! `system:nodes`) get the Node authorizer's rules ([`policy::NODE`]); everyone else gets
-//! what RBAC grants ([`rbac`], indexed from the watch cache and rebuilt when an RBAC object
+//! `system:nodes`) go through the Node authorizer ([`node`]: objects related to their pods,
+//! their own Node and Lease) and otherwise get the static node rules ([`policy::NODE`]);
+//! everyone else gets what RBAC grants ([`rbac`], indexed from the watch cache and rebuilt when an RBAC object
 //! changes). Denials are `403 Forbidden` worded as kube-apiserver words them.
 //!
 //! Owns the default RBAC policy ([`bootstrap`] stores it at start) and the access-review
 //! APIs ([`reviews`]). Reads the watch cache; writes only through the API's create path.
 
 pub mod escalation;
+pub mod node;
 pub mod policy;
 pub mod rbac;
 pub mod reviews;
@@ -110,14 +112,27 @@ pub fn path_attributes<'a>(method: &Method, path: &'a str) -> Attributes<'a> {
 pub struct Authorizer {
     index: RwLock<Arc<rbac::Index>>,
     node_rules: Vec<rbac::Rule>,
+    /// Where the Node authorizer finds the pods bound to a node.
+    cache: Arc<WatchCache>,
+}
+
+/// Why a request was denied, beyond "no rule allows it".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denial {
+    /// No authorizer allowed it; the Node authorizer's reason, if it gave one, is appended
+    /// to the 403 message as kube-apiserver appends it.
+    NotAllowed(Option<String>),
+    /// NodeRestriction rejected it: the complete message.
+    Restricted(String),
 }
 
 impl Authorizer {
     /// An authorizer over the cache's current RBAC objects.
-    pub fn new(cache: &WatchCache) -> Authorizer {
+    pub fn new(cache: &Arc<WatchCache>) -> Authorizer {
         Authorizer {
             index: RwLock::new(Arc::new(rbac::Index::build(cache))),
             node_rules: policy::NODE.iter().map(rbac::Rule::from).collect(),
+            cache: cache.clone(),
         }
     }
 
@@ -132,18 +147,40 @@ impl Authorizer {
     }
 
     fn is_node(who: &Identity) -> bool {
-        who.user.starts_with("system:node:") && who.groups.iter().any(|g| g == "system:nodes")
+        node::node_name(who).is_some()
     }
 
     /// Whether `who` may do what `attrs` describe.
     pub fn allows(&self, who: &Identity, attrs: &Attributes<'_>) -> bool {
+        self.check(who, attrs).is_ok()
+    }
+
+    /// Whether `who` may do what `attrs` describe, and if not, why (Kubernetes's chain:
+    /// the Node authorizer, then RBAC; NodeRestriction has the last word for nodes).
+    pub fn check(&self, who: &Identity, attrs: &Attributes<'_>) -> Result<(), Denial> {
         if who.groups.iter().any(|g| g == "system:masters") {
-            return true;
+            return Ok(());
         }
-        if Self::is_node(who) && self.node_rules.iter().any(|r| r.allows(attrs)) {
-            return true;
+        let mut reason = None;
+        if let Some(node) = node::node_name(who) {
+            match node::authorize(&self.cache, node, attrs) {
+                node::NodeDecision::Allow => return Ok(()),
+                node::NodeDecision::Restricted(message) => {
+                    return Err(Denial::Restricted(message));
+                }
+                node::NodeDecision::StaticRules => {
+                    if self.node_rules.iter().any(|r| r.allows(attrs)) {
+                        return Ok(());
+                    }
+                }
+                node::NodeDecision::NoOpinion(why) => reason = Some(why),
+            }
         }
-        self.index().allows(who, attrs)
+        if self.index().allows(who, attrs) {
+            Ok(())
+        } else {
+            Err(Denial::NotAllowed(reason))
+        }
     }
 
     /// The effective rules of the ClusterRole `name`.
@@ -199,6 +236,19 @@ impl Authorizer {
             }
         });
     }
+}
+
+/// The `403 Forbidden` for `denial` (see [`forbidden`]).
+pub fn denied(who: &Identity, attrs: &Attributes<'_>, denial: Denial) -> ApiError {
+    let mut error = forbidden(who, attrs);
+    match denial {
+        Denial::NotAllowed(None) => {}
+        Denial::NotAllowed(Some(reason)) => {
+            error.message = format!("{}: {reason}", error.message);
+        }
+        Denial::Restricted(message) => error.message = message,
+    }
+    error
 }
 
 /// The `403 Forbidden` Status kube-apiserver answers a denied request with.

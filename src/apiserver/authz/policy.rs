@@ -308,8 +308,9 @@ const NODE_PROXIER: &[StaticRule] = &[
 /// What a node's credentials (`system:node:<name>`, group `system:nodes`) may do: the
 /// kubelet's rules (Kubernetes's `system:node`) plus what k3rs's other node components
 /// (proxy, DNS, pod network, network policy), which share the node's identity, read.
-/// Kubernetes narrows the kubelet further to the objects of its own pods (its graph-based
-/// Node authorizer and NodeRestriction admission); k3rs does not yet.
+/// Secrets, configmaps, claims, volumes, tokens, leases and writes to nodes and pods are
+/// narrowed further to the node's own objects by [`super::node`] (Kubernetes's Node
+/// authorizer and NodeRestriction) before these rules are consulted.
 pub const NODE: &[StaticRule] = &[
     rule(
         &[
