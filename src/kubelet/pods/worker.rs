@@ -80,12 +80,12 @@ pub struct Worker {
     runtime_name: String,
     facts: HostFacts,
     next_wake: Instant,
-    /// Phase timings of the sync that starts the pod's sandbox (debug logs only).
+    /// Phase timings of the pod's first sync, the one that starts it (debug logs only).
     timings: Option<Timings>,
     events: PodEvents,
 }
 
-/// Events queued per event (most this many wait; more are dropped, as client-go drops events
+/// Events queued per pod (at most this many wait; more are dropped, as client-go drops events
 /// when its queue is full).
 const EVENT_QUEUE: usize = 64;
 
@@ -293,6 +293,9 @@ impl Worker {
                     if let Err(e) = self.sync(&pod).await {
                         tracing::warn!(pod = %pod_desc(&pod), error = %e, "pod sync failed");
                         self.wake_within(Duration::from_secs(2));
+                    }
+                    if let Some(timings) = self.timings.take() {
+                        tracing::debug!(pod = %pod_desc(&pod), phases = %timings.finish("status"), "first pod sync");
                     }
                     drop(permit);
                 }
@@ -670,11 +673,7 @@ impl Worker {
         if self.terminal.is_some() {
             let _ = self.cri().stop_pod_sandbox(&sandbox_id).await;
         }
-        let written = self.write_status(pod, &observed).await;
-        if let Some(timings) = self.timings.take() {
-            tracing::debug!(pod = %pod_desc(pod), phases = %timings.finish("status"), "pod started");
-        }
-        written
+        self.write_status(pod, &observed).await
     }
 
     async fn create_sandbox(&mut self, pod: &Pod, observed: &Observed) -> Option<(String, u32)> {
