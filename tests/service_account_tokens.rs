@@ -329,3 +329,73 @@ async fn service_account_tokens() {
         0o600
     );
 }
+
+/// The ServiceAccount admission refuses a pod whose account does not exist, worded as
+/// kube-apiserver words it, but not a pod created in a namespace whose `default` account the
+/// serviceaccount controller has not written yet (admission looks it up again, as upstream).
+#[tokio::test]
+async fn pods_need_an_existing_service_account() {
+    let server = support::Server::start();
+    let admin = server.client().await;
+    let pod = |name: &str, account: Option<&str>| -> Pod {
+        let mut spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
+        if let Some(account) = account {
+            spec["serviceAccountName"] = json!(account);
+        }
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("pod")
+    };
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    match pods
+        .create(&PostParams::default(), &pod("orphan", Some("missing")))
+        .await
+    {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403, "{status:?}");
+            assert_eq!(status.reason, "Forbidden", "{status:?}");
+            assert_eq!(
+                status.message,
+                "pods \"orphan\" is forbidden: error looking up service account default/missing: serviceaccount \"missing\" not found"
+            );
+        }
+        other => panic!("a pod with a missing service account was admitted: {other:?}"),
+    }
+
+    // Once the account exists the same pod is admitted.
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "missing"}})).expect("sa"),
+        )
+        .await
+        .expect("create the service account");
+    pods.create(&PostParams::default(), &pod("orphan", Some("missing")))
+        .await
+        .expect("the pod is admitted once its account exists");
+
+    // A namespace and a pod in it right away: `default` is created by the controller moments
+    // later, and the pod must not lose that race.
+    for round in 0..3 {
+        let name = format!("fresh-{round}");
+        let namespaces: Api<Namespace> = Api::all(admin.clone());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns"),
+            )
+            .await
+            .expect("namespace");
+        let fresh: Api<Pod> = Api::namespaced(admin.clone(), &name);
+        let created = fresh
+            .create(&PostParams::default(), &pod("first", None))
+            .await
+            .expect("a pod in a brand-new namespace is admitted");
+        assert_eq!(
+            created
+                .spec
+                .as_ref()
+                .and_then(|s| s.service_account_name.as_deref()),
+            Some("default")
+        );
+    }
+}

@@ -15,6 +15,7 @@ pub mod containerd;
 pub mod cri;
 pub mod images;
 pub mod join;
+pub mod memory;
 pub mod pause;
 
 use std::collections::BTreeMap;

@@ -244,7 +244,7 @@ pub async fn on_create(
         allocate_service(state, info, object).await?;
     }
     if info.group.is_empty() && info.plural == "pods" {
-        super::sa_token::admit_pod(state, object);
+        super::sa_token::admit_pod(state, object).await?;
     }
     if info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions" {
         super::crd::accept(object, &super::objects::now_rfc3339());

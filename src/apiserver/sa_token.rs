@@ -299,19 +299,67 @@ pub const MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// The ConfigMap with the cluster CA that every namespace gets.
 pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
 
+/// How often admission looks the `default` ServiceAccount up again before refusing a pod: the
+/// serviceaccount controller creates it right after its namespace, and a pod created in the
+/// same moment must not lose that race (kube-apiserver tries 10 times, 100–200 ms apart).
+const DEFAULT_ACCOUNT_ATTEMPTS: u32 = 10;
+const ACCOUNT_RETRY: std::time::Duration = std::time::Duration::from_millis(150);
+
+/// The pod's ServiceAccount: from the watch cache, else from the store itself (the cache may
+/// not have caught up with a just-created account), retried for `default` as above. `None`
+/// when it does not exist.
+async fn find_service_account(
+    state: &AppState,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Value>, ApiError> {
+    if let Some(sa) = cached(state, "serviceaccounts", namespace, name) {
+        return Ok(Some(sa));
+    }
+    let key = format!("/registry/serviceaccounts/{namespace}/{name}");
+    let attempts = if name == "default" {
+        DEFAULT_ACCOUNT_ATTEMPTS
+    } else {
+        1
+    };
+    for attempt in 0..attempts {
+        if attempt > 0 {
+            tokio::time::sleep(ACCOUNT_RETRY).await;
+        }
+        let stored = state.store.get(key.as_bytes()).await.map_err(|e| {
+            ApiError::internal(format!(
+                "error looking up service account {namespace}/{name}: {e}"
+            ))
+        })?;
+        if let Some(kv) = stored {
+            return Ok(serde_json::from_slice(&kv.value).ok());
+        }
+    }
+    Ok(None)
+}
+
 /// The ServiceAccount admission for a new pod, as kube-apiserver's: `serviceAccountName`
-/// defaults to `default`; unless the pod or its account sets `automountServiceAccountToken:
-/// false`, or a container already mounts something at [`MOUNT_PATH`], a projected volume
-/// `kube-api-access-<5 chars>` (a bound token, `kube-root-ca.crt`'s `ca.crt`, the namespace)
-/// is added and mounted read-only in every container and init container.
-pub fn admit_pod(state: &AppState, pod: &mut Value) {
+/// defaults to `default` and must name an existing ServiceAccount (otherwise the pod is
+/// forbidden, worded as Kubernetes words it; mirror pods are exempt); unless the pod or its
+/// account sets `automountServiceAccountToken: false`, or a container already mounts
+/// something at [`MOUNT_PATH`], a projected volume `kube-api-access-<5 chars>` (a bound token,
+/// `kube-root-ca.crt`'s `ca.crt`, the namespace) is added and mounted read-only in every
+/// container and init container.
+pub async fn admit_pod(state: &AppState, pod: &mut Value) -> Result<(), ApiError> {
     let namespace = pod["metadata"]["namespace"]
         .as_str()
         .unwrap_or("default")
         .to_string();
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let mirror = pod
+        .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
+        .is_some();
     let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
-        return;
+        return Ok(());
     };
+    if mirror {
+        return Ok(());
+    }
     let account = match spec.get("serviceAccountName").and_then(Value::as_str) {
         Some(a) if !a.is_empty() => a.to_string(),
         _ => {
@@ -319,17 +367,23 @@ pub fn admit_pod(state: &AppState, pod: &mut Value) {
             "default".to_string()
         }
     };
+    let Some(service_account) = find_service_account(state, &namespace, &account).await? else {
+        return Err(ApiError::forbidden(format!(
+            "pods \"{pod_name}\" is forbidden: error looking up service account \
+             {namespace}/{account}: serviceaccount \"{account}\" not found"
+        )));
+    };
     let automount = match spec
         .get("automountServiceAccountToken")
         .and_then(Value::as_bool)
     {
         Some(choice) => choice,
-        None => cached(state, "serviceaccounts", &namespace, &account)
-            .and_then(|sa| sa["automountServiceAccountToken"].as_bool())
+        None => service_account["automountServiceAccountToken"]
+            .as_bool()
             .unwrap_or(true),
     };
     if !automount {
-        return;
+        return Ok(());
     }
     let kinds = ["initContainers", "containers", "ephemeralContainers"];
     let already_mounted = kinds.iter().any(|kind| {
@@ -341,7 +395,7 @@ pub fn admit_pod(state: &AppState, pod: &mut Value) {
             .any(|m| m["mountPath"].as_str().map(|p| p.trim_end_matches('/')) == Some(MOUNT_PATH))
     });
     if already_mounted {
-        return;
+        return Ok(());
     }
     let name = format!("kube-api-access-{}", objects::name_suffix());
     let volume = json!({
@@ -378,6 +432,7 @@ pub fn admit_pod(state: &AppState, pod: &mut Value) {
             }
         }
     }
+    Ok(())
 }
 
 fn required(field: &str, message: &str) -> StatusCause {

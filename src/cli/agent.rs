@@ -176,12 +176,14 @@ pub fn run(config: AgentConfig) -> anyhow::Result<()> {
         cluster_dns: vec![super::config::DEFAULT_CLUSTER_DNS.parse()?],
         cluster_domain: super::config::DEFAULT_CLUSTER_DOMAIN.to_string(),
     };
+    crate::agent::memory::limit_arenas();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("k3rs-agent")
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
+        tokio::spawn(crate::agent::memory::trim_loop());
         tokio::select! {
             result = crate::agent::run(options, notifier.clone()) => result,
             () = super::server::wait_for_signal() => {

@@ -28,6 +28,13 @@ const LEASE_DURATION_SECONDS: i32 = 40;
 const LEASE_RENEW: Duration = Duration::from_secs(10);
 /// The kubelet reports at most this many images, largest first.
 const MAX_IMAGES: usize = 50;
+/// Until the Node first reports Ready, the runtime's readiness is checked this often and the
+/// status written as soon as it would turn Ready (the kubelet's `fastStatusUpdateOnce`): the
+/// pod network usually comes up only after registration, once the node has its podCIDR, and
+/// waiting for the next periodic update would leave the Node NotReady for up to 10 s.
+const FAST_STATUS_POLL: Duration = Duration::from_millis(100);
+/// How long the fast readiness check keeps polling before leaving it to the periodic updates.
+const FAST_STATUS_FOR: Duration = Duration::from_secs(120);
 
 /// The runtime's health as the Ready condition needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -498,22 +505,55 @@ impl NodeAgent {
         Pressure { memory, disk, pid }
     }
 
-    /// Writes the status every `node-status-update-frequency`, forever.
-    pub async fn status_loop(self) {
-        let period = self.kubelet.config.extra.node_status_update_frequency;
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            if let Err(e) = self.update_status().await {
-                tracing::warn!(error = %e, "updating the node status");
-                if e.downcast_ref::<kube::Error>().is_some_and(is_not_found) {
-                    // The Node was deleted under us: register again, as the kubelet does.
-                    self.register().await;
+    /// Whether the Node was last reported Ready.
+    async fn reported_ready(&self) -> bool {
+        *self.last_ready.lock().await == Some(true)
+    }
+
+    /// Polls the runtime until it (and its network) is ready, then writes the status at once;
+    /// returns after that write, or after [`FAST_STATUS_FOR`], or right away when the Node is
+    /// already reported Ready.
+    async fn fast_status_update_once(&self) {
+        let deadline = tokio::time::Instant::now() + FAST_STATUS_FOR;
+        while tokio::time::Instant::now() < deadline && !self.reported_ready().await {
+            let status = self.kubelet.cri.status().await.map_err(|e| e.to_string());
+            if runtime_health(status.as_ref().map_err(Clone::clone))
+                .not_ready
+                .is_none()
+            {
+                match self.update_status().await {
+                    Ok(()) => {
+                        tracing::info!(node = %self.kubelet.config.node_name, "the runtime is ready; reported the node Ready");
+                        return;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "fast node status update"),
                 }
             }
+            tokio::time::sleep(FAST_STATUS_POLL).await;
         }
+    }
+
+    /// Writes the status every `node-status-update-frequency`, forever; until the Node is first
+    /// Ready, also as soon as the runtime turns ready.
+    pub async fn status_loop(self) {
+        let periodic = async {
+            let period = self.kubelet.config.extra.node_status_update_frequency;
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                if let Err(e) = self.update_status().await {
+                    tracing::warn!(error = %e, "updating the node status");
+                    if e.downcast_ref::<kube::Error>().is_some_and(is_not_found) {
+                        // The Node was deleted under us: register again, as the kubelet does.
+                        self.register().await;
+                    }
+                }
+            }
+        };
+        // `periodic` never ends, so the join only ends with the loop.
+        tokio::join!(self.fast_status_update_once(), periodic);
     }
 }
 

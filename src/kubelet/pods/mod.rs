@@ -27,7 +27,7 @@ use tokio::task::JoinSet;
 use super::{Kubelet, labels};
 
 /// Pod syncs that may talk to CRI at once.
-const CONCURRENT_SYNCS: usize = 16;
+const CONCURRENT_SYNCS: usize = 32;
 /// The relist period (the kubelet's PLEG relists every second).
 const RELIST: Duration = Duration::from_secs(1);
 

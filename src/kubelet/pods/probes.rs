@@ -1,12 +1,19 @@
 //! Probes and lifecycle handlers: exec (CRI `ExecSync`), httpGet (from the node to the pod IP,
-//! HTTP/1.1 over a plain TCP connection; HTTPS is refused with a clear result), tcpSocket; and
-//! the per-container state machine with initialDelay/period/timeout/success/failure thresholds.
+//! HTTP/1.1 over TCP, or over TLS for `scheme: HTTPS` without verifying the certificate, as the
+//! kubelet does), tcpSocket, grpc (`grpc.health.v1.Health/Check` over plaintext HTTP/2, as the
+//! kubelet's gRPC probe); and the per-container state machine with
+//! initialDelay/period/timeout/success/failure thresholds.
+//!
+//! Talks to the pod (its IP) and CRI only.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Container, ExecAction, HTTPGetAction, Probe, TCPSocketAction};
+use k8s_openapi::api::core::v1::{
+    Container, ExecAction, GRPCAction, HTTPGetAction, Probe, TCPSocketAction,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::kubelet::cri::Cri;
 
@@ -39,6 +46,8 @@ pub struct Handler<'a> {
     pub exec: Option<&'a ExecAction>,
     pub http_get: Option<&'a HTTPGetAction>,
     pub tcp_socket: Option<&'a TCPSocketAction>,
+    /// Probes only: lifecycle hooks have no gRPC handler.
+    pub grpc: Option<&'a GRPCAction>,
 }
 
 impl<'a> Handler<'a> {
@@ -47,6 +56,7 @@ impl<'a> Handler<'a> {
             exec: p.exec.as_ref(),
             http_get: p.http_get.as_ref(),
             tcp_socket: p.tcp_socket.as_ref(),
+            grpc: p.grpc.as_ref(),
         }
     }
 
@@ -55,6 +65,7 @@ impl<'a> Handler<'a> {
             exec: h.exec.as_ref(),
             http_get: h.http_get.as_ref(),
             tcp_socket: h.tcp_socket.as_ref(),
+            grpc: None,
         }
     }
 }
@@ -122,9 +133,8 @@ pub async fn run(
             .clone()
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| pod_ip.to_string());
-        if http.scheme.as_deref() == Some("HTTPS") {
-            return Outcome::Failure("HTTPS probes are not supported by this kubelet".into());
-        }
+        let tls = http.scheme.as_deref() == Some("HTTPS");
+        let scheme = if tls { "https" } else { "http" };
         let path = http.path.clone().unwrap_or_else(|| "/".into());
         let headers: Vec<(String, String)> = http
             .http_headers
@@ -132,16 +142,15 @@ pub async fn run(
             .flatten()
             .map(|h| (h.name.clone(), h.value.clone()))
             .collect();
-        return match tokio::time::timeout(timeout, http_get(&host, port, &path, &headers)).await {
+        let url = format!("{scheme}://{}{path}", join_host_port(&host, port));
+        return match tokio::time::timeout(timeout, http_get(&host, port, &path, &headers, tls))
+            .await
+        {
             Ok(Ok(code)) if (200..400).contains(&code) => Outcome::Success,
             Ok(Ok(code)) => Outcome::Failure(format!("HTTP probe failed with statuscode: {code}")),
-            Ok(Err(e)) => Outcome::Failure(format!(
-                "Get \"http://{}{path}\": {e}",
-                join_host_port(&host, port)
-            )),
+            Ok(Err(e)) => Outcome::Failure(format!("Get \"{url}\": {e}")),
             Err(_) => Outcome::Failure(format!(
-                "Get \"http://{}{path}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
-                join_host_port(&host, port)
+                "Get \"{url}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
             )),
         };
     }
@@ -162,6 +171,12 @@ pub async fn run(
             Err(_) => Outcome::Failure(format!("dial tcp {addr}: i/o timeout")),
         };
     }
+    if let Some(grpc) = handler.grpc {
+        let Ok(port) = u16::try_from(grpc.port) else {
+            return Outcome::Failure(format!("invalid port number: {}", grpc.port));
+        };
+        return grpc_check(pod_ip, port, grpc.service.as_deref().unwrap_or(""), timeout).await;
+    }
     Outcome::Failure("missing probe handler".into())
 }
 
@@ -173,14 +188,36 @@ fn join_host_port(host: &str, port: u16) -> String {
     }
 }
 
-/// One HTTP/1.1 GET; returns the status code.
+/// One HTTP/1.1 GET (over TLS when `tls`, accepting any certificate); returns the status code.
 async fn http_get(
     host: &str,
     port: u16,
     path: &str,
     headers: &[(String, String)],
+    tls: bool,
 ) -> std::io::Result<u16> {
-    let mut stream = tokio::net::TcpStream::connect(join_host_port(host, port)).await?;
+    let tcp = tokio::net::TcpStream::connect(join_host_port(host, port)).await?;
+    if !tls {
+        return http_exchange(tcp, host, port, path, headers).await;
+    }
+    let connector =
+        tokio_rustls::TlsConnector::from(insecure_tls_config().map_err(std::io::Error::other)?);
+    // The kubelet sends the host as SNI when it is a name; an IP gets no SNI (rustls sends
+    // none for IP addresses either).
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let stream = connector.connect(name, tcp).await?;
+    http_exchange(stream, host, port, path, headers).await
+}
+
+/// Writes the GET request on `stream` and reads the status line of the answer.
+async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    host: &str,
+    port: u16,
+    path: &str,
+    headers: &[(String, String)],
+) -> std::io::Result<u16> {
     let mut request = format!(
         "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
         join_host_port(host, port)
@@ -189,14 +226,7 @@ async fn http_get(
         .iter()
         .any(|(k, _)| k.eq_ignore_ascii_case("user-agent"))
     {
-        request.push_str(&format!(
-            "User-Agent: kube-probe/{}\r\n",
-            crate::apiserver::KUBE_VERSION
-                .1
-                .parse::<u32>()
-                .map(|m| format!("1.{m}"))
-                .unwrap_or_default()
-        ));
+        request.push_str(&format!("User-Agent: {}\r\n", user_agent()));
     }
     if !headers
         .iter()
@@ -225,6 +255,213 @@ async fn http_get(
         .ok_or_else(|| {
             std::io::Error::new(std::io::ErrorKind::InvalidData, "malformed HTTP response")
         })
+}
+
+/// `kube-probe/1.<minor>`, the User-Agent of the kubelet's HTTP and gRPC probes.
+fn user_agent() -> String {
+    let minor = crate::apiserver::KUBE_VERSION
+        .1
+        .parse::<u32>()
+        .map(|m| format!("1.{m}"))
+        .unwrap_or_default();
+    format!("kube-probe/{minor}")
+}
+
+/// A certificate verifier that accepts anything: HTTPS probes skip verification, as the
+/// kubelet's do (`InsecureSkipVerify`), since pods serve self-signed certificates.
+#[derive(Debug)]
+struct AcceptAnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The TLS client of HTTPS probes, built once.
+fn insecure_tls_config() -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
+    static CONFIG: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
+    if let Some(config) = CONFIG.get() {
+        return Ok(config.clone());
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
+        .with_no_client_auth();
+    Ok(CONFIG.get_or_init(|| Arc::new(config)).clone())
+}
+
+/// `grpc.health.v1.HealthCheckRequest`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct HealthCheckRequest {
+    #[prost(string, tag = "1")]
+    service: String,
+}
+
+/// `grpc.health.v1.HealthCheckResponse`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct HealthCheckResponse {
+    #[prost(enumeration = "ServingStatus", tag = "1")]
+    status: i32,
+}
+
+/// `grpc.health.v1.HealthCheckResponse.ServingStatus`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+enum ServingStatus {
+    Unknown = 0,
+    Serving = 1,
+    NotServing = 2,
+    ServiceUnknown = 3,
+}
+
+impl ServingStatus {
+    /// The proto enum name, as the kubelet quotes it.
+    fn proto_name(status: i32) -> String {
+        match ServingStatus::try_from(status) {
+            Ok(ServingStatus::Unknown) => "UNKNOWN".into(),
+            Ok(ServingStatus::Serving) => "SERVING".into(),
+            Ok(ServingStatus::NotServing) => "NOT_SERVING".into(),
+            Ok(ServingStatus::ServiceUnknown) => "SERVICE_UNKNOWN".into(),
+            Err(_) => status.to_string(),
+        }
+    }
+}
+
+/// One `grpc.health.v1.Health/Check` call to `host:port` for `service`, worded as the
+/// kubelet's gRPC prober words its results.
+async fn grpc_check(host: &str, port: u16, service: &str, timeout: Duration) -> Outcome {
+    let addr = join_host_port(host, port);
+    let endpoint = match tonic::transport::Endpoint::from_shared(format!("http://{addr}")) {
+        Ok(e) => e.user_agent(user_agent()).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let endpoint = match endpoint {
+        Ok(e) => e.connect_timeout(timeout).timeout(timeout),
+        Err(e) => {
+            return Outcome::Failure(format!("error: failed to connect service at {addr:?}: {e}"));
+        }
+    };
+    let channel = match tokio::time::timeout(timeout, endpoint.connect()).await {
+        Ok(Ok(channel)) => channel,
+        Ok(Err(e)) => {
+            return Outcome::Failure(format!(
+                "error: failed to connect service at {addr:?}: {}",
+                error_chain(&e)
+            ));
+        }
+        Err(_) => {
+            return Outcome::Failure(format!(
+                "timeout: failed to connect service {addr:?} within {}s: context deadline exceeded",
+                timeout.as_secs()
+            ));
+        }
+    };
+    let mut client = tonic::client::Grpc::new(channel);
+    let call = async {
+        client
+            .ready()
+            .await
+            .map_err(|e| tonic::Status::unavailable(error_chain(&e)))?;
+        let mut request = tonic::Request::new(HealthCheckRequest {
+            service: service.to_string(),
+        });
+        request.set_timeout(timeout);
+        client
+            .unary(
+                request,
+                http::uri::PathAndQuery::from_static("/grpc.health.v1.Health/Check"),
+                tonic_prost::ProstCodec::<HealthCheckRequest, HealthCheckResponse>::default(),
+            )
+            .await
+    };
+    let response = match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(r)) => r.into_inner(),
+        Ok(Err(status)) => {
+            return Outcome::Failure(match status.code() {
+                tonic::Code::Unimplemented => format!(
+                    "this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
+                    status.message()
+                ),
+                tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => format!(
+                    "timeout: health rpc did not complete within {}s",
+                    timeout.as_secs()
+                ),
+                _ => format!(
+                    "error: health rpc probe failed: rpc error: code = {:?} desc = {}",
+                    status.code(),
+                    status.message()
+                ),
+            });
+        }
+        Err(_) => {
+            return Outcome::Failure(format!(
+                "timeout: health rpc did not complete within {}s",
+                timeout.as_secs()
+            ));
+        }
+    };
+    if response.status == ServingStatus::Serving as i32 {
+        Outcome::Success
+    } else {
+        Outcome::Failure(format!(
+            "service unhealthy (responded with {:?})",
+            ServingStatus::proto_name(response.status)
+        ))
+    }
+}
+
+/// An error and its sources, `: `-separated (tonic's transport errors hide the cause).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// A probe's running state for one container instance.
@@ -347,12 +584,187 @@ mod tests {
             }
         });
         assert_eq!(
-            http_get("127.0.0.1", port, "/healthz", &[]).await.unwrap(),
+            http_get("127.0.0.1", port, "/healthz", &[], false)
+                .await
+                .unwrap(),
             200
         );
         assert_eq!(
-            http_get("127.0.0.1", port, "/healthz", &[]).await.unwrap(),
+            http_get("127.0.0.1", port, "/healthz", &[], false)
+                .await
+                .unwrap(),
             503
+        );
+    }
+
+    /// A self-signed TLS server (a name the client was never told about, so only a client
+    /// that skips verification gets through) answering one GET with `code`.
+    async fn https_server(code: u16) -> u16 {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["pod.invalid".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut s = acceptor.accept(tcp).await.unwrap();
+            let mut buf = [0u8; 1024];
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(String::from_utf8_lossy(&buf[..n]).starts_with("GET /ready HTTP/1.1\r\n"));
+            s.write_all(format!("HTTP/1.1 {code} X\r\nContent-Length: 0\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let _ = s.shutdown().await;
+        });
+        port
+    }
+
+    fn https_probe(port: u16) -> Probe {
+        serde_json::from_value(serde_json::json!({
+            "httpGet": {"scheme": "HTTPS", "port": port, "path": "/ready"}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn https_probes_skip_certificate_verification() {
+        let c: Container = serde_json::from_value(serde_json::json!({"name": "c"})).unwrap();
+        let port = https_server(200).await;
+        let probe = https_probe(port);
+        let handler = Handler::of_probe(&probe);
+        let http = handler.http_get.unwrap();
+        assert_eq!(
+            http_get(
+                "127.0.0.1",
+                resolve_port(&http.port, &c).unwrap(),
+                "/ready",
+                &[],
+                true
+            )
+            .await
+            .unwrap(),
+            200
+        );
+        let port = https_server(500).await;
+        assert_eq!(
+            http_get("127.0.0.1", port, "/ready", &[], true)
+                .await
+                .unwrap(),
+            500
+        );
+        // Plain HTTP against the TLS server is not a success.
+        let port = https_server(200).await;
+        assert!(
+            http_get("127.0.0.1", port, "/ready", &[], false)
+                .await
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::InvalidData)
+        );
+    }
+
+    /// A `grpc.health.v1.Health` server on tonic answering `Check` from a fixed table
+    /// (service name → status); unknown services get NOT_FOUND as grpc-go's health server.
+    #[derive(Clone)]
+    struct HealthServer(Arc<std::collections::HashMap<String, ServingStatus>>);
+
+    impl tonic::server::NamedService for HealthServer {
+        const NAME: &'static str = "grpc.health.v1.Health";
+    }
+
+    impl tonic::server::UnaryService<HealthCheckRequest> for HealthServer {
+        type Response = HealthCheckResponse;
+        type Future =
+            std::future::Ready<Result<tonic::Response<HealthCheckResponse>, tonic::Status>>;
+
+        fn call(&mut self, request: tonic::Request<HealthCheckRequest>) -> Self::Future {
+            let service = request.into_inner().service;
+            std::future::ready(match self.0.get(&service) {
+                Some(status) => Ok(tonic::Response::new(HealthCheckResponse {
+                    status: *status as i32,
+                })),
+                None => Err(tonic::Status::not_found("unknown service")),
+            })
+        }
+    }
+
+    impl tower::Service<http::Request<tonic::body::Body>> for HealthServer {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = std::convert::Infallible;
+        type Future = std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+        >;
+
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+            let this = self.clone();
+            Box::pin(async move {
+                if request.uri().path() != "/grpc.health.v1.Health/Check" {
+                    return Ok(tonic::Status::unimplemented("unknown method").into_http());
+                }
+                let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::<
+                    HealthCheckResponse,
+                    HealthCheckRequest,
+                >::default());
+                Ok(grpc.unary(this, request).await)
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn grpc_probes_call_the_health_service() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let table = std::collections::HashMap::from([
+            (String::new(), ServingStatus::Serving),
+            ("db".to_string(), ServingStatus::NotServing),
+        ]);
+        let server = tonic::transport::Server::builder()
+            .add_service(HealthServer(Arc::new(table)))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+        let server = tokio::spawn(server);
+        let timeout = Duration::from_secs(5);
+        assert_eq!(
+            grpc_check("127.0.0.1", port, "", timeout).await,
+            Outcome::Success
+        );
+        assert_eq!(
+            grpc_check("127.0.0.1", port, "db", timeout).await,
+            Outcome::Failure("service unhealthy (responded with \"NOT_SERVING\")".into())
+        );
+        let Outcome::Failure(message) = grpc_check("127.0.0.1", port, "other", timeout).await
+        else {
+            panic!("an unknown service is not healthy");
+        };
+        assert!(
+            message.starts_with("error: health rpc probe failed: rpc error: code = NotFound"),
+            "{message}"
+        );
+        server.abort();
+        // Nothing listening any more.
+        let Outcome::Failure(message) = grpc_check("127.0.0.1", port, "", timeout).await else {
+            panic!("a closed port is not healthy");
+        };
+        assert!(
+            message.starts_with("error: failed to connect service at \"127.0.0.1:"),
+            "{message}"
         );
     }
 }

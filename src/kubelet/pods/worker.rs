@@ -80,6 +80,72 @@ pub struct Worker {
     runtime_name: String,
     facts: HostFacts,
     next_wake: Instant,
+    /// Phase timings of the pod's first sync, the one that starts it (debug logs only).
+    timings: Option<Timings>,
+    events: PodEvents,
+}
+
+/// Events queued per pod (at most this many wait; more are dropped, as client-go drops events
+/// when its queue is full).
+const EVENT_QUEUE: usize = 64;
+
+/// The pod's events, written in order by a task of their own, so that a sync never waits for
+/// an Event write (four of them sat on the start path of every pod) while the events of one
+/// pod still reach the API in the order they happened. The task ends, once it has written
+/// what is queued, when the worker is dropped.
+struct PodEvents {
+    queue: tokio::sync::mpsc::Sender<(ObjectReference, EventType, String, String)>,
+}
+
+impl PodEvents {
+    fn spawn(recorder: crate::controllers::events::Recorder) -> PodEvents {
+        let (queue, mut pending) =
+            tokio::sync::mpsc::channel::<(ObjectReference, EventType, String, String)>(EVENT_QUEUE);
+        tokio::spawn(async move {
+            while let Some((object, kind, reason, message)) = pending.recv().await {
+                recorder.record(&object, kind, &reason, &message).await;
+            }
+        });
+        PodEvents { queue }
+    }
+
+    fn emit(&self, object: ObjectReference, kind: EventType, reason: String, message: String) {
+        if let Err(e) = self.queue.try_send((object, kind, reason, message)) {
+            let (_, _, reason, _) = e.into_inner();
+            tracing::debug!(%reason, "the pod's event queue is full; dropping an event");
+        }
+    }
+}
+
+/// Where the time of one pod start went: `(phase, elapsed since the previous mark)`.
+struct Timings {
+    last: Instant,
+    phases: Vec<(&'static str, Duration)>,
+}
+
+impl Timings {
+    fn new(since: Instant) -> Timings {
+        Timings {
+            last: since,
+            phases: Vec::new(),
+        }
+    }
+
+    fn mark(&mut self, phase: &'static str) {
+        let now = Instant::now();
+        self.phases.push((phase, now - self.last));
+        self.last = now;
+    }
+
+    fn finish(mut self, phase: &'static str) -> String {
+        self.mark(phase);
+        let total: Duration = self.phases.iter().map(|(_, d)| *d).sum();
+        let mut text = format!("total={}ms", total.as_millis());
+        for (phase, d) in &self.phases {
+            text.push_str(&format!(" {phase}={}ms", d.as_millis()));
+        }
+        text
+    }
 }
 
 fn pod_ref(pod: &Pod) -> ObjectReference {
@@ -143,6 +209,7 @@ impl Worker {
         runtime_name: String,
     ) -> Worker {
         let facts = HostFacts::read(&kubelet.config.root_dir);
+        let events = PodEvents::spawn(kubelet.recorder.clone());
         let host_ip = kubelet.config.node_ip.to_string();
         Worker {
             kubelet,
@@ -160,6 +227,8 @@ impl Worker {
             runtime_name,
             facts,
             next_wake: Instant::now(),
+            timings: None,
+            events,
         }
     }
 
@@ -167,11 +236,21 @@ impl Worker {
         &self.kubelet.cri
     }
 
+    /// Queues an event about the pod; the sync goes on without waiting for the write.
     async fn event(&self, object: &ObjectReference, kind: EventType, reason: &str, message: &str) {
-        self.kubelet
-            .recorder
-            .record(object, kind, reason, message)
-            .await;
+        self.events.emit(
+            object.clone(),
+            kind,
+            reason.to_string(),
+            message.to_string(),
+        );
+    }
+
+    /// Ends a timed phase of the starting sync (a no-op on other syncs).
+    fn mark(&mut self, phase: &'static str) {
+        if let Some(t) = self.timings.as_mut() {
+            t.mark(phase);
+        }
     }
 
     fn wake_within(&mut self, d: Duration) {
@@ -184,6 +263,7 @@ impl Worker {
     /// Runs until the pod is gone: `pods` carries the latest object (`None` once deleted from
     /// the API), `poke` wakes the worker when CRI state changed.
     pub async fn run(mut self, mut pods: watch::Receiver<Option<Pod>>, poke: Arc<Notify>) {
+        let mut first_sync = true;
         loop {
             let current = pods.borrow_and_update().clone();
             match current {
@@ -202,19 +282,46 @@ impl Worker {
                 }
                 Some(pod) => {
                     self.next_wake = Instant::now() + RESYNC;
+                    let woken = Instant::now();
                     let permit = self.permits.clone().acquire_owned().await;
+                    if first_sync && tracing::enabled!(tracing::Level::DEBUG) {
+                        let mut timings = Timings::new(woken);
+                        timings.mark("permit");
+                        self.timings = Some(timings);
+                    }
+                    first_sync = false;
                     if let Err(e) = self.sync(&pod).await {
                         tracing::warn!(pod = %pod_desc(&pod), error = %e, "pod sync failed");
                         self.wake_within(Duration::from_secs(2));
                     }
+                    if let Some(timings) = self.timings.take() {
+                        tracing::debug!(pod = %pod_desc(&pod), phases = %timings.finish("status"), "first pod sync");
+                    }
                     drop(permit);
                 }
             }
-            let sleep = self.next_wake.saturating_duration_since(Instant::now());
-            tokio::select! {
-                changed = pods.changed() => if changed.is_err() { return },
-                _ = poke.notified() => {}
-                _ = tokio::time::sleep(sleep) => {}
+            let synced = pods.borrow().clone();
+            let wake_at = tokio::time::Instant::from_std(self.next_wake);
+            loop {
+                tokio::select! {
+                    changed = pods.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        // A status-only update (most often our own status write coming
+                        // back) needs no sync, as the kubelet's pod config only reconciles
+                        // status for those: it would cost CRI calls and a sync slot.
+                        let relevant = match (&synced, &*pods.borrow()) {
+                            (Some(old), Some(new)) => sync_relevant(old, new),
+                            _ => true,
+                        };
+                        if relevant {
+                            break;
+                        }
+                    }
+                    _ = poke.notified() => break,
+                    _ = tokio::time::sleep_until(wake_at) => break,
+                }
             }
         }
     }
@@ -329,6 +436,7 @@ impl Worker {
             .clone()
             .unwrap_or_else(|| "Always".into());
         let observed = self.observe().await?;
+        self.mark("observe");
         if self.terminal.is_none() {
             self.terminal = match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
                 Some("Succeeded") => Some("Succeeded"),
@@ -390,6 +498,7 @@ impl Worker {
             return self.write_status(pod, &observed).await;
         }
 
+        self.mark("volumes");
         // The sandbox.
         let (sandbox_id, attempt) = match &observed.sandbox {
             Some(s) => (
@@ -425,6 +534,7 @@ impl Worker {
         }
         let sandbox_config = self.sandbox_config(pod, attempt);
 
+        self.mark("sandbox");
         // Init containers, one at a time, in order.
         let mut initialized = true;
         for c in pod_spec.init_containers.iter().flatten() {
@@ -545,6 +655,7 @@ impl Worker {
             }
         }
 
+        self.mark("containers");
         let observed = self.observe().await?;
         if initialized && policy != "Always" {
             let done: Vec<&cri::ContainerStatus> = pod_spec
@@ -603,7 +714,10 @@ impl Worker {
         if let Err(e) = std::fs::create_dir_all(&config.log_directory) {
             tracing::warn!(dir = %config.log_directory, error = %e, "creating the pod log directory");
         }
-        match self.cri().run_pod_sandbox(config).await {
+        self.mark("before-sandbox");
+        let created = self.cri().run_pod_sandbox(config).await;
+        self.mark("run-sandbox");
+        match created {
             Ok(id) => {
                 self.sandbox_backoff.reset();
                 self.last_sandbox_failure = None;
@@ -998,9 +1112,11 @@ impl Worker {
         sandbox_config: &cri::PodSandboxConfig,
     ) {
         let object = container_ref(pod, &c.name, init);
+        self.mark("before-container");
         let Some(image_ref) = self.ensure_image(pod, c, init, sandbox_config).await else {
             return;
         };
+        self.mark("image");
         let namespace = pod
             .metadata
             .namespace
@@ -1027,6 +1143,7 @@ impl Worker {
                 return;
             }
         };
+        self.mark("env");
         let vars: BTreeMap<String, String> = envs.iter().cloned().collect();
         let mounts = match self.mounts(pod, c, &vars) {
             Ok(m) => m,
@@ -1144,6 +1261,7 @@ impl Worker {
                 return;
             }
         };
+        self.mark("create");
         self.event(
             &object,
             EventType::Normal,
@@ -1151,6 +1269,7 @@ impl Worker {
             &format!("Created container: {}", c.name),
         )
         .await;
+        self.mark("created-event");
         if let Err(e) = self.cri().start_container(&id).await {
             let message = e.message();
             self.container_failed(
@@ -1163,6 +1282,7 @@ impl Worker {
             .await;
             return;
         }
+        self.mark("start");
         self.memory.entry(c.name.clone()).or_default().waiting = None;
         self.event(
             &object,
@@ -1171,6 +1291,7 @@ impl Worker {
             &format!("Started container {}", c.name),
         )
         .await;
+        self.mark("started-event");
         if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
             let ip = self.pod_ips.first().cloned().unwrap_or_default();
             let handler = Handler::of_hook(hook);
@@ -1591,6 +1712,17 @@ impl Worker {
     }
 }
 
+/// Whether `new` differs from `old` in anything a sync acts on (not just status and
+/// bookkeeping metadata such as resourceVersion or managedFields).
+fn sync_relevant(old: &Pod, new: &Pod) -> bool {
+    old.metadata.uid != new.metadata.uid
+        || old.spec != new.spec
+        || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+        || old.metadata.deletion_grace_period_seconds != new.metadata.deletion_grace_period_seconds
+        || old.metadata.labels != new.metadata.labels
+        || old.metadata.annotations != new.metadata.annotations
+}
+
 /// Whether `new` sets any top-level field to something other than what `old` has.
 fn differs(old: &serde_json::Value, new: &serde_json::Value) -> bool {
     match new.as_object() {
@@ -1602,6 +1734,26 @@ fn differs(old: &serde_json::Value, new: &serde_json::Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_only_updates_need_no_sync() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u", "resourceVersion": "1"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+        }))
+        .unwrap();
+        let mut written = pod.clone();
+        written.metadata.resource_version = Some("2".into());
+        written.status =
+            Some(serde_json::from_value(serde_json::json!({"phase": "Running"})).unwrap());
+        assert!(!sync_relevant(&pod, &written));
+        let mut deleted = written.clone();
+        deleted.metadata.deletion_timestamp = Some(Time(crate::kubelet::now()));
+        assert!(sync_relevant(&written, &deleted));
+        let mut changed = written.clone();
+        changed.spec.as_mut().unwrap().containers[0].image = Some("busybox:2".into());
+        assert!(sync_relevant(&written, &changed));
+    }
 
     #[test]
     fn durations_read_like_go() {
