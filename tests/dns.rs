@@ -6,6 +6,7 @@
 mod support;
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k3rs::dns::wire::{self, Message, RData};
@@ -72,40 +73,6 @@ async fn ask_tcp(server: SocketAddr, name: &str, qtype: u16) -> Message {
     Message::parse(&reply).expect("parse")
 }
 
-/// A fake upstream: `www.example.test` A 192.0.2.53, everything else NXDOMAIN. Written on
-/// raw bytes so it shares nothing with the server's codec.
-async fn fake_upstream() -> SocketAddr {
-    let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind upstream");
-    let addr = socket.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let mut buf = [0u8; 512];
-        loop {
-            let Ok((len, peer)) = socket.recv_from(&mut buf).await else {
-                return;
-            };
-            let mut reply = buf[..len].to_vec();
-            // Keep only the header and the question (drop any OPT record).
-            let mut end = 12;
-            while reply[end] != 0 {
-                end += 1 + reply[end] as usize;
-            }
-            end += 5;
-            reply.truncate(end);
-            let known = buf[12..end - 4].eq_ignore_ascii_case(b"\x03www\x07example\x04test\x00");
-            reply[2] = 0x81;
-            reply[3] = if known { 0x80 } else { 0x83 };
-            reply[10] = 0;
-            reply[11] = 0;
-            if known {
-                reply[7] = 1;
-                reply.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 53]);
-            }
-            let _ = socket.send_to(&reply, peer).await;
-        }
-    });
-    addr
-}
-
 fn nslookup(port: u16, args: &[&str]) -> String {
     let port_arg = format!("-port={port}");
     let out = std::process::Command::new("busybox")
@@ -170,7 +137,8 @@ async fn cluster_dns_answers_from_services_and_forwards_the_rest() {
         .await
         .expect("create slice");
 
-    let upstream = fake_upstream().await;
+    // The fake upstream resolver (www.example.test A 192.0.2.53) shared with multinode.rs.
+    let upstream = support::cluster::fake_upstream("127.0.0.1:0", Arc::default());
     let port = free_port();
     let listen: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
     let dns = tokio::spawn(k3rs::dns::run(

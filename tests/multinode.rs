@@ -28,7 +28,8 @@ fn report_ready_times(cluster: &Cluster, backend: &str) {
     );
 }
 
-/// A busybox httpd on `node` answering `hello from <pod name>` on :8080.
+/// A busybox httpd on `node` answering `hello from <pod name>` on :8080; `-v` logs each
+/// client's address (`<ip>:<port>: response:200`), so tests can see what was masqueraded.
 fn web_pod(ns: &str, name: &str, node: &str, labels: &str) -> String {
     format!(
         r#"apiVersion: v1
@@ -45,7 +46,7 @@ spec:
   - name: web
     image: {IMAGE}
     imagePullPolicy: Never
-    command: ["sh", "-c", "mkdir -p /www && echo hello from {name} > /www/index.html && exec httpd -f -p 8080 -h /www"]
+    command: ["sh", "-c", "mkdir -p /www && echo hello from {name} > /www/index.html && exec httpd -f -v -p 8080 -h /www"]
     ports:
     - name: http
       containerPort: 8080
@@ -365,4 +366,258 @@ fn network_policy_default_deny_then_allow_rules() {
     cluster.eventually(Duration::from_secs(20), "egress default deny", || {
         fetch(&cluster, "outside", "stranger", &web_ip).is_none()
     });
+}
+
+/// A Service manifest: `kind` is ClusterIP, NodePort or LoadBalancer; port 80 → the pods'
+/// `http` port; `extra` lines go under `spec` (indented two spaces).
+fn service(name: &str, kind: &str, selector: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  \
+         type: {kind}\n  selector: {{{selector}}}\n  ports:\n  - port: 80\n    targetPort: http\n{extra}"
+    )
+}
+
+fn jsonpath(cluster: &Cluster, kind: &str, name: &str, path: &str) -> String {
+    cluster
+        .kubectl_ok(&["get", kind, name, "-o", &format!("jsonpath={path}")])
+        .trim()
+        .to_string()
+}
+
+/// An HTTP GET from the test (the host's network namespace) to `ip:port`: the body, or
+/// `None` when it cannot connect or read within 3 s.
+fn host_fetch(ip: &str, port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let addr: std::net::SocketAddr = format!("{ip}:{port}").parse().ok()?;
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    stream.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out).ok()?;
+    out.split("\r\n\r\n").nth(1).map(|b| b.trim().to_string())
+}
+
+/// `nc` from the client pod to `ip:80`: (body or error text, how long it took).
+fn pod_fetch_80(cluster: &Cluster, ip: &str) -> (Option<String>, String, Duration) {
+    let started = Instant::now();
+    let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {ip} 80");
+    let (ok, out) = cluster.exec("default", "client", &["sh", "-c", &script]);
+    let body = out
+        .split("\r\n\r\n")
+        .nth(1)
+        .filter(|_| ok)
+        .map(|b| b.trim().to_string());
+    (body, out, started.elapsed())
+}
+
+/// `nslookup <name>` in the client pod (its resolv.conf: the cluster DNS at 10.43.0.10).
+fn pod_nslookup(cluster: &Cluster, name: &str) -> String {
+    cluster.exec("default", "client", &["nslookup", name]).1
+}
+
+/// Services across nodes (host-gw): pod → ClusterIP reaching endpoints on both nodes,
+/// NodePort from the host, a LoadBalancer Service (ServiceLB status + events) answered on
+/// each node's address, cluster DNS from a pod (Service, headless Service, ExternalName,
+/// a forwarded external name), a Service without endpoints refused at once, endpoints
+/// removed → traffic stops, sessionAffinity, and the rules repaired after
+/// `nft flush ruleset`.
+#[test]
+fn services_across_nodes() {
+    let cluster = Cluster::start(
+        ClusterSpec::new(2)
+            .agent_arg("--flannel-backend=host-gw")
+            .upstream_dns(),
+    );
+    let (n0, n1) = (
+        cluster.agents[0].name.clone(),
+        cluster.agents[1].name.clone(),
+    );
+    let (ip0, ip1) = (cluster.agents[0].ip.clone(), cluster.agents[1].ip.clone());
+    cluster.apply(&web_pod("default", "web0", &n0, "app: web"));
+    cluster.apply(&web_pod("default", "web1", &n1, "app: web"));
+    cluster.apply(&web_pod("default", "solo", &n1, "app: solo"));
+    cluster.apply(&client_pod("default", "client", &n0, "role: client"));
+    cluster.apply(&service("web", "NodePort", "app: web", ""));
+    cluster.apply(&service(
+        "sticky",
+        "ClusterIP",
+        "app: web",
+        "  sessionAffinity: ClientIP\n",
+    ));
+    cluster.apply(&service("lb", "LoadBalancer", "app: web", ""));
+    cluster.apply(&service("solo", "ClusterIP", "app: solo", ""));
+    cluster.apply(&service("empty", "ClusterIP", "app: nothing", ""));
+    cluster.apply(&service(
+        "headless",
+        "ClusterIP",
+        "app: web",
+        "  clusterIP: None\n",
+    ));
+    cluster.apply(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: ext\n  namespace: default\nspec:\n  \
+         type: ExternalName\n  externalName: www.example.test\n",
+    );
+    let web0_ip = cluster.wait_pod_running("default", "web0", Duration::from_secs(90));
+    let web1_ip = cluster.wait_pod_running("default", "web1", Duration::from_secs(90));
+    cluster.wait_pod_running("default", "solo", Duration::from_secs(90));
+    let client_ip = cluster.wait_pod_running("default", "client", Duration::from_secs(90));
+
+    // Hand edits are repaired: wipe node 1's whole ruleset now, check it is back at the end
+    // (the proxy compares the kernel's table with what it applied every 30 s).
+    cluster.eventually(Duration::from_secs(20), "node 1's proxy table", || {
+        cluster.agents[1]
+            .exec("nft", &["list", "table", "ip", "k3rs"])
+            .status
+            .success()
+    });
+    cluster.agents[1].exec_ok("nft", &["flush", "ruleset"]);
+    let flushed_at = Instant::now();
+    assert!(
+        !cluster.agents[1]
+            .exec("nft", &["list", "table", "ip", "k3rs"])
+            .status
+            .success(),
+        "the flush removed the table"
+    );
+
+    // pod → ClusterIP: random balancing reaches the endpoint on this node and the one on the
+    // other node.
+    let web_ip = jsonpath(&cluster, "svc", "web", "{.spec.clusterIP}");
+    let mut seen = std::collections::BTreeSet::new();
+    cluster.eventually(
+        Duration::from_secs(30),
+        "ClusterIP reaches both nodes' pods",
+        || {
+            if let (Some(body), _, _) = pod_fetch_80(&cluster, &web_ip) {
+                seen.insert(body);
+            }
+            seen.len() == 2
+        },
+    );
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        ["hello from web0", "hello from web1"]
+    );
+    // Only traffic from outside the pod network is masqueraded (the agent learnt its
+    // podCIDR from its Node): the endpoint on the other node sees the client pod's address.
+    let cidr0 = pod_cidr(&cluster, &n0);
+    let table = cluster.agents[0].exec_ok("nft", &["list", "table", "ip", "k3rs"]);
+    assert!(
+        table.lines().any(|l| l.contains("ip saddr !=")
+            && l.contains(&cidr0)
+            && l.contains("jump mark-for-masquerade")),
+        "{table}"
+    );
+    let log = cluster.kubectl_ok(&["logs", "web1"]);
+    // busybox logs `[::ffff:<ip>]:<port>` on its dual-stack socket.
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with(&format!("[::ffff:{client_ip}]:"))
+                || l.starts_with(&format!("{client_ip}:"))),
+        "web1 saw: {log} (client {client_ip})"
+    );
+
+    // sessionAffinity: ClientIP keeps the client on one endpoint.
+    let sticky_ip = jsonpath(&cluster, "svc", "sticky", "{.spec.clusterIP}");
+    let bodies: Vec<String> = (0..6)
+        .filter_map(|_| pod_fetch_80(&cluster, &sticky_ip).0)
+        .collect();
+    assert_eq!(bodies.len(), 6, "every request answered: {bodies:?}");
+    assert!(
+        bodies.iter().all(|b| *b == bodies[0]),
+        "one endpoint for one client: {bodies:?}"
+    );
+
+    // NodePort from the host, on node 0 (node 1's rules are still being repaired).
+    let node_port: u16 = jsonpath(&cluster, "svc", "web", "{.spec.ports[0].nodePort}")
+        .parse()
+        .expect("nodePort");
+    cluster.eventually(Duration::from_secs(20), "NodePort from the host", || {
+        host_fetch(&ip0, node_port).is_some_and(|b| b.starts_with("hello from web"))
+    });
+
+    // LoadBalancer: ServiceLB publishes both nodes' InternalIPs, with k3s's event, and the
+    // Service answers on the node address at the Service port.
+    cluster.eventually(Duration::from_secs(30), "LoadBalancer ingress", || {
+        jsonpath(
+            &cluster,
+            "svc",
+            "lb",
+            "{.status.loadBalancer.ingress[*].ip}",
+        ) == format!("{ip0} {ip1}")
+    });
+    let events = cluster.kubectl_ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=lb,reason=UpdatedLoadBalancer",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(
+        events.contains(&format!(
+            "Updated LoadBalancer with new IPs: [] -> [{ip0} {ip1}]"
+        )),
+        "{events}"
+    );
+    let columns = cluster.kubectl_ok(&["get", "svc", "lb"]);
+    assert!(columns.contains(&format!("{ip0},{ip1}")), "{columns}");
+    cluster.eventually(
+        Duration::from_secs(20),
+        "LoadBalancer on node 0's address",
+        || host_fetch(&ip0, 80).is_some_and(|b| b.starts_with("hello from web")),
+    );
+
+    // Cluster DNS from a pod: a Service, a headless Service (its pods' IPs), an ExternalName
+    // (a CNAME) and a name only the upstream knows.
+    let answer = pod_nslookup(&cluster, "web.default.svc.cluster.local");
+    assert!(answer.contains(&format!("Address: {web_ip}")), "{answer}");
+    let answer = pod_nslookup(&cluster, "headless.default.svc.cluster.local");
+    assert!(
+        answer.contains(&web0_ip) && answer.contains(&web1_ip),
+        "{answer}"
+    );
+    let answer = pod_nslookup(&cluster, "ext.default.svc.cluster.local");
+    assert!(answer.contains(support::cluster::UPSTREAM_NAME), "{answer}");
+    let answer = pod_nslookup(&cluster, support::cluster::UPSTREAM_NAME);
+    assert!(
+        answer.contains(&format!("Address: {}", support::cluster::UPSTREAM_ADDRESS)),
+        "{answer}"
+    );
+
+    // No endpoints: refused at once, not a 3 s timeout.
+    let empty_ip = jsonpath(&cluster, "svc", "empty", "{.spec.clusterIP}");
+    let (body, out, took) = pod_fetch_80(&cluster, &empty_ip);
+    assert!(body.is_none() && out.contains("refused"), "{out}");
+    assert!(took < Duration::from_millis(2500), "refused after {took:?}");
+
+    // Endpoints removed → traffic stops (and is refused once the Service has none).
+    let solo_ip = jsonpath(&cluster, "svc", "solo", "{.spec.clusterIP}");
+    assert_eq!(
+        pod_fetch_80(&cluster, &solo_ip).0.as_deref(),
+        Some("hello from solo")
+    );
+    cluster.kubectl_ok(&["delete", "pod", "solo", "--wait=false"]);
+    cluster.eventually(Duration::from_secs(30), "traffic to solo stops", || {
+        let (body, out, _) = pod_fetch_80(&cluster, &solo_ip);
+        body.is_none() && out.contains("refused")
+    });
+
+    // Node 1's table is back (at the next resync), and so are its NodePort and
+    // LoadBalancer addresses.
+    cluster.eventually(Duration::from_secs(45), "node 1's rules repaired", || {
+        cluster.agents[1]
+            .exec("nft", &["list", "table", "ip", "k3rs"])
+            .status
+            .success()
+    });
+    println!(
+        "FIGURE multinode nft_repair_ms={}",
+        flushed_at.elapsed().as_millis()
+    );
+    cluster.eventually(
+        Duration::from_secs(20),
+        "NodePort and LoadBalancer on node 1",
+        || host_fetch(&ip1, node_port).is_some() && host_fetch(&ip1, 80).is_some(),
+    );
 }

@@ -77,6 +77,10 @@ pub struct AgentOptions {
     pub cluster_dns: Vec<IpAddr>,
     /// The cluster domain.
     pub cluster_domain: String,
+    /// The pod network (`--cluster-cidr`) for kube-proxy's masquerade decision; empty when
+    /// unknown (a joining agent), in which case the proxy uses its Node's `podCIDRs`, as
+    /// kube-proxy's `--detect-local-mode=NodeCIDR` does.
+    pub cluster_cidrs: Vec<String>,
 }
 
 impl AgentOptions {
@@ -289,14 +293,21 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
     // node address, port 53 (the kube-dns Service's endpoints; see dns::bootstrap).
     {
         let node_ips = credentials.node_ips.clone();
-        let proxy_config =
-            crate::proxy::Config::new(&options.node_name, node_ips.clone(), Vec::new());
-        let proxy_client = client.clone();
-        tokio::spawn(async move {
-            if let Err(e) = crate::proxy::run(proxy_client, proxy_config).await {
-                tracing::error!(error = %format!("{e:#}"), "kube-proxy stopped");
-            }
-        });
+        if options.node.disable_kube_proxy {
+            tracing::info!("kube-proxy disabled (--disable-kube-proxy)");
+        } else {
+            let proxy_config = crate::proxy::Config::new(
+                &options.node_name,
+                node_ips.clone(),
+                options.cluster_cidrs.clone(),
+            );
+            let proxy_client = client.clone();
+            tokio::spawn(async move {
+                if let Err(e) = crate::proxy::run(proxy_client, proxy_config).await {
+                    tracing::error!(error = %format!("{e:#}"), "kube-proxy stopped");
+                }
+            });
+        }
         let resolv = resolv_conf(options.node.resolv_conf.as_deref());
         let upstreams = crate::dns::upstreams_from_resolv_conf(
             &std::fs::read_to_string(&resolv).unwrap_or_default(),

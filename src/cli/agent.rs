@@ -175,6 +175,8 @@ pub fn run(config: AgentConfig) -> anyhow::Result<()> {
         control_plane: false,
         cluster_dns: vec![super::config::DEFAULT_CLUSTER_DNS.parse()?],
         cluster_domain: super::config::DEFAULT_CLUSTER_DOMAIN.to_string(),
+        // Not known to a joining agent: kube-proxy takes its Node's podCIDRs instead.
+        cluster_cidrs: Vec::new(),
     };
     crate::agent::memory::limit_arenas();
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -234,6 +234,17 @@ pub struct ServerArgs {
     )]
     pub disable_scheduler: Option<bool>,
 
+    /// (components) Do not run a packaged component (repeatable, or comma-separated):
+    /// 'servicelb'; 'traefik', 'coredns', 'local-storage', 'metrics-server' and 'runtimes' are
+    /// accepted for k3s compatibility and ignored (k3rs does not ship them)
+    #[arg(
+        long,
+        value_name = "COMPONENT",
+        value_delimiter = ',',
+        help_heading = "Components"
+    )]
+    pub disable: Vec<String>,
+
     #[command(flatten)]
     pub snapshots: super::snapshot_args::ServerSnapshotArgs,
 
@@ -394,4 +405,16 @@ pub struct NodeArgs {
         help_heading = "Components"
     )]
     pub disable_network_policy: Option<bool>,
+
+    /// (components) Do not run kube-proxy (the Service rules) on this node
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+        value_name = "BOOL",
+        help_heading = "Components"
+    )]
+    pub disable_kube_proxy: Option<bool>,
 }

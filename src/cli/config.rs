@@ -88,6 +88,9 @@ pub struct ServerConfig {
     pub disable_controller_manager: bool,
     /// `--disable-scheduler`.
     pub disable_scheduler: bool,
+    /// `--disable`: the packaged components not to run, validated against
+    /// [`DISABLE_COMPONENTS`].
+    pub disable: Vec<String>,
     /// `--debug`.
     pub debug: bool,
     /// Snapshot, S3 and `--cluster-reset` settings.
@@ -96,7 +99,23 @@ pub struct ServerConfig {
     pub node: super::node_config::NodeConfig,
 }
 
+/// What `--disable` accepts (k3s's list). Only `servicelb` is a k3rs component; the others
+/// name add-ons k3s deploys and k3rs does not ship, accepted so k3s configs keep working.
+pub const DISABLE_COMPONENTS: &[&str] = &[
+    "servicelb",
+    "traefik",
+    "coredns",
+    "local-storage",
+    "metrics-server",
+    "runtimes",
+];
+
 impl ServerConfig {
+    /// Whether the ServiceLB controller runs (not `--disable=servicelb`).
+    pub fn servicelb_enabled(&self) -> bool {
+        !self.disable.iter().any(|c| c == "servicelb")
+    }
+
     /// The first address of the service CIDR: the ClusterIP of the `kubernetes` Service
     /// (`10.43.0.1` by default).
     pub fn kubernetes_service_ip(&self) -> IpAddr {
@@ -209,6 +228,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("disable-agent", Kind::Bool),
     ("disable-controller-manager", Kind::Bool),
     ("disable-scheduler", Kind::Bool),
+    ("disable", Kind::Many),
     ("debug", Kind::Bool),
 ];
 
@@ -378,6 +398,7 @@ fn cli_layer(args: &ServerArgs, debug: Option<bool>) -> Layer {
     for (key, value) in args.snapshots.strings() {
         one(key, value);
     }
+    put_many(&mut layer, "disable", &args.disable);
     if !args.kube_controller_manager_arg.is_empty() {
         layer.insert(
             "kube-controller-manager-arg",
@@ -644,6 +665,7 @@ fn resolve(
     let disable_agent = s.flag("disable-agent");
     let disable_controller_manager = s.flag("disable-controller-manager");
     let disable_scheduler = s.flag("disable-scheduler");
+    let disable = s.many("disable", parse_component)?;
     let debug = s.flag("debug");
 
     // Cross-field checks, reported against the flag most likely to be wrong.
@@ -688,8 +710,19 @@ fn resolve(
         disable_agent,
         disable_controller_manager,
         disable_scheduler,
+        disable,
         debug,
     })
+}
+
+/// One `--disable` item.
+fn parse_component(value: &str) -> Result<String, String> {
+    let value = value.trim().to_ascii_lowercase();
+    if DISABLE_COMPONENTS.contains(&value.as_str()) {
+        Ok(value)
+    } else {
+        Err(format!("expected one of {}", DISABLE_COMPONENTS.join(", ")))
+    }
 }
 
 /// The merged settings, with typed accessors that produce flag-naming errors.
@@ -971,6 +1004,32 @@ mod tests {
         assert_eq!(c.service_node_port_range, 30000..=32767);
         assert!(!c.disable_agent && !c.debug);
         assert_eq!(c.kubernetes_service_ip().to_string(), "10.43.0.1");
+    }
+
+    #[test]
+    fn disable_takes_k3s_component_names_repeated_or_comma_separated() {
+        let c = load_args(&[], &no_file()).expect("defaults");
+        assert!(c.servicelb_enabled() && c.disable.is_empty());
+        let c = load_args(
+            &["--disable=traefik,servicelb", "--disable", "metrics-server"],
+            &no_file(),
+        )
+        .expect("valid");
+        assert!(!c.servicelb_enabled());
+        assert_eq!(c.disable, ["traefik", "servicelb", "metrics-server"]);
+        let c = load_args(&["--disable=coredns,local-storage"], &no_file()).expect("valid");
+        assert!(c.servicelb_enabled());
+        let e = err(&["--disable=servicelbb"]);
+        assert!(
+            e.contains("--disable") && e.contains("servicelbb") && e.contains("servicelb, traefik"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write_config(&dir, "disable:\n  - servicelb\ndisable-kube-proxy: true\n");
+        let c = load_args(&[], &path).expect("config file");
+        assert!(!c.servicelb_enabled() && c.node.disable_kube_proxy);
+        let c = load_args(&["--disable-kube-proxy"], &no_file()).expect("valid");
+        assert!(c.node.disable_kube_proxy);
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub(super) const NODE_KEYS: &[(&str, Kind)] = &[
     ("flannel-backend", Kind::One),
     ("flannel-iface", Kind::One),
     ("disable-network-policy", Kind::Bool),
+    ("disable-kube-proxy", Kind::Bool),
 ];
 
 /// The validated node settings.
@@ -52,6 +53,8 @@ pub struct NodeConfig {
     pub flannel_iface: Option<String>,
     /// `--disable-network-policy`.
     pub disable_network_policy: bool,
+    /// `--disable-kube-proxy`.
+    pub disable_kube_proxy: bool,
     /// `--node-ip`; empty means "the address that reaches the server".
     pub node_ips: Vec<IpAddr>,
     /// `--node-external-ip`.
@@ -92,6 +95,7 @@ pub(super) fn cli_layer(args: &NodeArgs, layer: &mut Layer) {
     put_one(layer, "flannel-backend", &args.flannel_backend);
     put_one(layer, "flannel-iface", &args.flannel_iface);
     put_bool(layer, "disable-network-policy", args.disable_network_policy);
+    put_bool(layer, "disable-kube-proxy", args.disable_kube_proxy);
 }
 
 /// Validates the node settings and applies defaults.
@@ -108,6 +112,7 @@ pub(super) fn resolve(s: &Settings) -> Result<NodeConfig, ConfigError> {
         .unwrap_or_default();
     let flannel_iface = s.one("flannel-iface", parse_iface)?;
     let disable_network_policy = s.flag("disable-network-policy");
+    let disable_kube_proxy = s.flag("disable-kube-proxy");
     let container_runtime_endpoint = s.one("container-runtime-endpoint", parse_endpoint)?;
     let pause_image = s
         .one("pause-image", parse_image)?
@@ -127,6 +132,7 @@ pub(super) fn resolve(s: &Settings) -> Result<NodeConfig, ConfigError> {
         flannel_backend,
         flannel_iface,
         disable_network_policy,
+        disable_kube_proxy,
         node_ips,
         node_external_ips,
         labels,

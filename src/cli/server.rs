@@ -193,7 +193,18 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
             client.clone(),
             prepared.pki.server_ca().cert_pem().to_string(),
         ));
+        if config.servicelb_enabled() {
+            tokio::spawn(crate::controllers::servicelb::run(client.clone()));
+        } else {
+            tracing::info!("ServiceLB disabled (--disable=servicelb)");
+        }
         tokio::spawn(crate::controllers::run(client, config.controllers.clone()));
+    }
+    for component in config.disable.iter().filter(|c| *c != "servicelb") {
+        tracing::info!(
+            component = %component,
+            "--disable={component}: k3rs does not ship this k3s add-on; nothing to disable"
+        );
     }
     if !config.disable_scheduler {
         let client = component_client(&prepared, "client-scheduler", &local_url)
@@ -293,6 +304,7 @@ fn embedded_agent(
         control_plane: true,
         cluster_dns: vec![config.cluster_dns],
         cluster_domain: config.cluster_domain.clone(),
+        cluster_cidrs: vec![config.cluster_cidr.to_string()],
     })
 }
 

@@ -18,7 +18,9 @@
 //! heartbeats, Unknown conditions, not-ready/unreachable taints, NodeNotReady),
 //! taint-based eviction (NoExecute taints vs tolerations and tolerationSeconds),
 //! node IPAM (a pod CIDR per node from `--cluster-cidr`) and pod GC (terminated pods
-//! over a threshold, pods of nodes that are gone). `workload.rs` holds what the
+//! over a threshold, pods of nodes that are gone). ServiceLB (`servicelb.rs`, LoadBalancer
+//! status from node addresses) is started by the server unless `--disable=servicelb`.
+//! `workload.rs` holds what the
 //! workload controllers share; `events.rs` the event recorder. [`Config`] carries the
 //! tunables (`--cluster-cidr` and `--kube-controller-manager-arg`).
 
@@ -38,6 +40,7 @@ pub mod replicaset;
 pub mod replicationcontroller;
 pub mod root_ca;
 pub mod serviceaccount;
+pub mod servicelb;
 pub mod statefulset;
 pub mod taint_eviction;
 pub mod workload;

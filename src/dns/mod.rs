@@ -146,30 +146,39 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
     }
 }
 
-/// Answers one query: `Some(response)` from the view, or from the upstreams when it is
-/// not a cluster name (`tcp` picks the transport towards them).
-pub async fn handle(
-    bytes: &[u8],
-    shared: &Shared,
-    config: &Config,
-    tcp: bool,
-) -> Option<(Vec<u8>, usize)> {
+/// What to do with one query.
+enum Step {
+    /// Send these bytes (truncated to the client's UDP size when over UDP).
+    Reply(Vec<u8>, usize),
+    /// Not a cluster name: ask the upstreams, SERVFAIL (this response) if none answers.
+    Forward {
+        id: u16,
+        servfail: Vec<u8>,
+        limit: usize,
+    },
+    /// Not a query (a response, or too short to echo): stay silent.
+    Ignore,
+}
+
+/// Parses and answers one query from the view, once: the hot path for cluster names does
+/// no other work (no second parse, no second lookup).
+fn step(bytes: &[u8], shared: &Shared) -> Step {
     let query = match Message::parse(bytes) {
         Ok(q) if !q.is_response() => q,
-        Ok(_) => return None,
+        Ok(_) => return Step::Ignore,
         Err(_) if bytes.len() >= 12 => {
             // Echo the id and say FORMERR.
             let mut header = bytes[..12].to_vec();
             header[2] = 0x80 | (header[2] & 0x78);
             header[3] = wire::RCODE_FORMERR;
             header[4..12].fill(0);
-            return Some((header, wire::UDP_LIMIT));
+            return Step::Reply(header, wire::UDP_LIMIT);
         }
-        Err(_) => return None,
+        Err(_) => return Step::Ignore,
     };
     let limit = query.udp_size().min(4096);
     if query.opcode() != 0 {
-        return Some((query.response(wire::RCODE_NOTIMP).to_bytes(), limit));
+        return Step::Reply(query.response(wire::RCODE_NOTIMP).to_bytes(), limit);
     }
     match shared.get().answer(&query) {
         Answer::Local(mut response) => {
@@ -184,19 +193,52 @@ pub async fn handle(
                 opt.data = wire::RData::Raw(wire::TYPE_OPT, Vec::new());
                 response.additional.push(opt);
             }
-            Some((response.to_bytes(), limit))
+            Step::Reply(response.to_bytes(), limit)
         }
-        Answer::Forward => {
-            let forwarded = if tcp {
-                forward_tcp(bytes, &config.upstreams).await
-            } else {
-                forward_udp(bytes, query.id, &config.upstreams).await
-            };
-            match forwarded {
-                Some(reply) => Some((reply, usize::MAX)),
-                None => Some((query.response(wire::RCODE_SERVFAIL).to_bytes(), limit)),
-            }
-        }
+        Answer::Forward => Step::Forward {
+            id: query.id,
+            servfail: query.response(wire::RCODE_SERVFAIL).to_bytes(),
+            limit,
+        },
+    }
+}
+
+/// Asks the upstreams (`tcp` picks the transport); their reply, else `servfail`.
+async fn forward(
+    bytes: &[u8],
+    id: u16,
+    servfail: Vec<u8>,
+    limit: usize,
+    config: &Config,
+    tcp: bool,
+) -> (Vec<u8>, usize) {
+    let forwarded = if tcp {
+        forward_tcp(bytes, &config.upstreams).await
+    } else {
+        forward_udp(bytes, id, &config.upstreams).await
+    };
+    match forwarded {
+        Some(reply) => (reply, usize::MAX),
+        None => (servfail, limit),
+    }
+}
+
+/// Answers one query: `Some(response)` from the view, or from the upstreams when it is
+/// not a cluster name (`tcp` picks the transport towards them).
+pub async fn handle(
+    bytes: &[u8],
+    shared: &Shared,
+    config: &Config,
+    tcp: bool,
+) -> Option<(Vec<u8>, usize)> {
+    match step(bytes, shared) {
+        Step::Reply(reply, limit) => Some((reply, limit)),
+        Step::Forward {
+            id,
+            servfail,
+            limit,
+        } => Some(forward(bytes, id, servfail, limit, config, tcp).await),
+        Step::Ignore => None,
     }
 }
 
@@ -212,39 +254,36 @@ async fn serve_udp(socket: Arc<UdpSocket>, shared: Arc<Shared>, config: Arc<Conf
         };
         let bytes = &buf[..len];
         // Cluster names are answered inline (fast); forwarded ones in their own task.
-        let local = Message::parse(bytes)
-            .map(|q| !matches!(shared.get().answer(&q), Answer::Forward))
-            .unwrap_or(true);
-        if local {
-            if let Some((reply, limit)) = handle(bytes, &shared, &config, false).await {
-                send_udp(&socket, &reply, limit, peer).await;
-            }
-        } else {
-            let (socket, shared, config, bytes) = (
-                socket.clone(),
-                shared.clone(),
-                config.clone(),
-                bytes.to_vec(),
-            );
-            tokio::spawn(async move {
-                if let Some((reply, limit)) = handle(&bytes, &shared, &config, false).await {
+        match step(bytes, &shared) {
+            Step::Reply(reply, limit) => send_udp(&socket, &reply, limit, peer).await,
+            Step::Forward {
+                id,
+                servfail,
+                limit,
+            } => {
+                let (socket, config, bytes) = (socket.clone(), config.clone(), bytes.to_vec());
+                tokio::spawn(async move {
+                    let (reply, limit) = forward(&bytes, id, servfail, limit, &config, false).await;
                     send_udp(&socket, &reply, limit, peer).await;
-                }
-            });
+                });
+            }
+            Step::Ignore => {}
         }
     }
 }
 
 async fn send_udp(socket: &UdpSocket, reply: &[u8], limit: usize, peer: SocketAddr) {
+    let truncated;
     let reply = if reply.len() > limit {
-        match Message::parse(reply) {
+        truncated = match Message::parse(reply) {
             Ok(m) => m.to_udp_bytes(limit),
             Err(_) => return,
-        }
+        };
+        truncated.as_slice()
     } else {
-        reply.to_vec()
+        reply
     };
-    if let Err(e) = socket.send_to(&reply, peer).await {
+    if let Err(e) = socket.send_to(reply, peer).await {
         tracing::debug!(error = %e, %peer, "dns udp send");
     }
 }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::sync::Notify;
 
@@ -90,7 +90,7 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
         "proxy",
     );
     let slices = crate::informer::reflect(
-        kube::Api::<EndpointSlice>::all(client),
+        kube::Api::<EndpointSlice>::all(client.clone()),
         changed.clone(),
         "proxy",
     );
@@ -108,6 +108,18 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
         cluster_cidrs: config.cluster_cidrs.clone(),
     };
     let mut syncer = Syncer::new(host, options, config.families());
+    // Without --cluster-cidr (a joining agent) the local pod network is this node's podCIDRs,
+    // as with kube-proxy's --detect-local-mode=NodeCIDR; until they are known, everything
+    // reaching a ClusterIP is masqueraded (correct, only less transparent).
+    let node_cidrs = Arc::new(std::sync::Mutex::new(None::<Vec<String>>));
+    if config.cluster_cidrs.is_empty() {
+        tokio::spawn(learn_node_cidrs(
+            kube::Api::<Node>::all(client.clone()),
+            config.node_name.clone(),
+            node_cidrs.clone(),
+            changed.clone(),
+        ));
+    }
     let mut last_sync: Option<Instant> = None;
     let mut next_resync = Instant::now() + config.resync_interval;
     let mut force_full = true;
@@ -119,6 +131,16 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
         let services: Vec<Service> = services.state().iter().map(|s| (**s).clone()).collect();
         let slices: Vec<EndpointSlice> = slices.state().iter().map(|s| (**s).clone()).collect();
         let ports = model::service_ports(&services, &slices, &config.node_name);
+        if syncer.options.cluster_cidrs.is_empty() {
+            let learned = node_cidrs.lock().map(|c| c.clone()).unwrap_or_default();
+            if let Some(cidrs) = learned {
+                tracing::info!(
+                    ?cidrs,
+                    "masquerading ClusterIP traffic from outside this node's pod CIDRs"
+                );
+                syncer.options.cluster_cidrs = cidrs;
+            }
+        }
         last_sync = Some(Instant::now());
         match syncer.sync(&ports, force_full).await {
             Ok(kind) => {
@@ -156,5 +178,38 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
                 }
             }
         }
+    }
+}
+
+/// Polls this node's Node until `spec.podCIDRs` is set, then publishes them and pokes the
+/// sync loop. Gives up quietly if the task is dropped with the proxy.
+async fn learn_node_cidrs(
+    nodes: kube::Api<Node>,
+    node_name: String,
+    out: Arc<std::sync::Mutex<Option<Vec<String>>>>,
+    changed: Arc<Notify>,
+) {
+    loop {
+        match nodes.get_opt(&node_name).await {
+            Ok(Some(node)) => {
+                let spec = node.spec.unwrap_or_default();
+                let mut cidrs = spec.pod_cidrs.unwrap_or_default();
+                if cidrs.is_empty() {
+                    cidrs.extend(spec.pod_cidr);
+                }
+                if !cidrs.is_empty() {
+                    if let Ok(mut slot) = out.lock() {
+                        *slot = Some(cidrs);
+                    }
+                    changed.notify_one();
+                    return;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, node = %node_name, "cannot read the Node (retrying)")
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }

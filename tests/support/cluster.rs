@@ -15,6 +15,8 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{Server, free_port, k3rs_bin};
@@ -142,6 +144,9 @@ pub struct ClusterSpec {
     pub agent_args: Vec<String>,
     /// Extra environment for every agent (e.g. `NOTIFY_SOCKET`).
     pub agent_env: Vec<(String, String)>,
+    /// Run [`fake_upstream`] on the bridge address, port 53, and give the agents a
+    /// `--resolv-conf` naming it, so cluster DNS forwards there (no internet needed).
+    pub upstream_dns: bool,
 }
 
 impl ClusterSpec {
@@ -150,7 +155,13 @@ impl ClusterSpec {
             agents,
             agent_args: Vec::new(),
             agent_env: Vec::new(),
+            upstream_dns: false,
         }
+    }
+
+    pub fn upstream_dns(mut self) -> Self {
+        self.upstream_dns = true;
+        self
     }
 
     pub fn agent_arg(mut self, arg: &str) -> Self {
@@ -174,6 +185,55 @@ pub struct Cluster {
     pub token: String,
     spec: ClusterSpec,
     base: PathBuf,
+    /// Tells the fake upstream resolver's thread to end.
+    upstream_stop: Arc<AtomicBool>,
+}
+
+/// The name [`fake_upstream`] knows, and its address.
+pub const UPSTREAM_NAME: &str = "www.example.test";
+pub const UPSTREAM_ADDRESS: &str = "192.0.2.53";
+
+/// A fake upstream resolver on `bind` (UDP): `www.example.test` A 192.0.2.53, everything
+/// else NXDOMAIN. Written on raw bytes so it shares nothing with the server's codec. Runs
+/// on a thread until `stop` is set.
+pub fn fake_upstream(bind: &str, stop: Arc<AtomicBool>) -> std::net::SocketAddr {
+    let socket = std::net::UdpSocket::bind(bind).expect("bind the fake upstream resolver");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("read timeout");
+    let addr = socket.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while !stop.load(Ordering::Relaxed) {
+            let Ok((len, peer)) = socket.recv_from(&mut buf) else {
+                continue;
+            };
+            if let Some(reply) = upstream_reply(&buf[..len]) {
+                let _ = socket.send_to(&reply, peer);
+            }
+        }
+    });
+    addr
+}
+
+fn upstream_reply(query: &[u8]) -> Option<Vec<u8>> {
+    // Keep only the header and the question (drop any OPT record).
+    let mut end = 12;
+    while *query.get(end)? != 0 {
+        end += 1 + usize::from(query[end]);
+    }
+    end += 5;
+    let mut reply = query.get(..end)?.to_vec();
+    let qtype = u16::from_be_bytes([reply[end - 4], reply[end - 3]]);
+    let known = reply[12..end - 4].eq_ignore_ascii_case(b"\x03www\x07example\x04test\x00");
+    reply[2] = 0x81;
+    reply[3] = if known { 0x80 } else { 0x83 };
+    reply[6..12].fill(0);
+    if known && qtype == 1 {
+        reply[7] = 1;
+        reply.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 53]);
+    }
+    Some(reply)
 }
 
 /// Takes the first free slot: creating the bridge is the atomic test-and-set.
@@ -237,12 +297,21 @@ impl Cluster {
             token: String::new(),
             spec: spec.clone(),
             base: base.clone(),
+            upstream_stop: Arc::default(),
         };
         sh(
             "ip",
             &["addr", "add", &format!("{bridge_ip}/24"), "dev", &bridge],
         );
         sh("ip", &["link", "set", &bridge, "up"]);
+        if spec.upstream_dns {
+            fake_upstream(&format!("{bridge_ip}:53"), cluster.upstream_stop.clone());
+            std::fs::write(
+                base.join("resolv.conf"),
+                format!("nameserver {bridge_ip}\n"),
+            )
+            .expect("write the agents' resolv.conf");
+        }
         cluster.start_server(&bridge_ip);
         for i in 0..spec.agents {
             cluster.add_agent(i);
@@ -352,6 +421,11 @@ impl Cluster {
             .arg("--private-registry")
             .arg(dir.join("registries.yaml"))
             .args(&self.spec.agent_args)
+            .args(
+                self.spec
+                    .upstream_dns
+                    .then(|| format!("--resolv-conf={}", self.base.join("resolv.conf").display())),
+            )
             .env("K3RS_RUN_DIR", dir.join("run"))
             .env("K3RS_POD_LOG_DIR", dir.join("pod-logs"))
             .env("K3RS_KUBELET_PORT", "10250")
@@ -580,6 +654,7 @@ fn processes_under(marker: &str) -> Vec<i32> {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        self.upstream_stop.store(true, Ordering::Relaxed);
         for agent in &mut self.agents {
             agent.stop();
         }
