@@ -2,10 +2,13 @@
 //!
 //! Owns: the operations benchmark and its report. It measures
 //!
-//! * **binary size**: the static release build (`target/x86_64-unknown-linux-gnu/release/k3rs`,
-//!   see the README) when it exists, else the binary cargo built for this bench (release
-//!   settings, dynamically linked against glibc);
-//! * **idle RSS**: VmRSS of the `k3rs server` process with its embedded agent (kubelet and
+//! * **binary size**: the static release build (`K3RS_RELEASE_BIN`, else
+//!   `target/x86_64-unknown-linux-musl/release/k3rs`, else the glibc static build in
+//!   `target/x86_64-unknown-linux-gnu/release/k3rs`; see the README) when it exists, else the
+//!   binary cargo built for this bench (dynamically linked against glibc);
+//! * **idle RSS**: of that same release binary when it exists (what users run: its allocator
+//!   and optimisation level decide the figure), else of the bench build: VmRSS of the
+//!   `k3rs server` process with its embedded agent (kubelet and
 //!   the kubelet API; containerd is its own process and not counted) after its Node is
 //!   Ready and it has been idle for 60 s. Needs root and containerd (`apt-get install
 //!   containerd runc containernetworking-plugins`); its containerd is stopped afterwards;
@@ -49,11 +52,11 @@ struct Server {
 }
 
 impl Server {
-    fn start(root: &Path, with_agent: bool) -> Server {
+    fn start(binary: &Path, root: &Path, with_agent: bool) -> Server {
         let port = free_port();
         let data = root.join("data");
         let kubeconfig = root.join("kubeconfig.yaml");
-        let child = Command::new(env!("CARGO_BIN_EXE_k3rs"))
+        let child = Command::new(binary)
             .arg("server")
             .arg("--data-dir")
             .arg(&data)
@@ -235,14 +238,21 @@ fn main() {
 
     // Binary size.
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let static_build = root.join("target/x86_64-unknown-linux-gnu/release/k3rs");
-    let (binary, which) = if static_build.exists() {
-        (static_build, "static release build")
-    } else {
-        (
-            PathBuf::from(env!("CARGO_BIN_EXE_k3rs")),
+    let bench_build = PathBuf::from(env!("CARGO_BIN_EXE_k3rs"));
+    let release = std::env::var_os("K3RS_RELEASE_BIN")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([
+            root.join("target/x86_64-unknown-linux-musl/release/k3rs"),
+            root.join("target/x86_64-unknown-linux-gnu/release/k3rs"),
+        ])
+        .find(|p| p.exists());
+    let (binary, which) = match &release {
+        Some(path) => (path.clone(), "static release build"),
+        None => (
+            bench_build.clone(),
             "bench build (dynamic; build the static one for the real figure)",
-        )
+        ),
     };
     let binary_mb = std::fs::metadata(&binary).map(|m| m.len()).unwrap_or(0) as f64 / 1e6;
     println!("binary: {binary_mb:.1} MB ({which}: {})", binary.display());
@@ -253,7 +263,7 @@ fn main() {
         unsafe { libc::geteuid() } == 0,
         "the idle figure runs k3rs server with its agent: run the bench as root"
     );
-    let idle = Server::start(idle_dir.path(), true);
+    let idle = Server::start(&binary, idle_dir.path(), true);
     let ready_started = Instant::now();
     runtime.block_on(async {
         let client = idle.client().await;
@@ -266,13 +276,13 @@ fn main() {
     std::thread::sleep(Duration::from_secs(idle_secs));
     let idle_rss_mb = idle.rss_mb();
     println!(
-        "idle RSS after {idle_secs} s: {idle_rss_mb:.1} MB (k3rs server with its agent; containerd excluded)"
+        "idle RSS after {idle_secs} s: {idle_rss_mb:.1} MB (k3rs server with its agent; containerd excluded; {which})"
     );
     drop(idle);
 
     // Snapshot save and restore with `pods` Pods.
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut server = Server::start(dir.path(), false);
+    let mut server = Server::start(&bench_build, dir.path(), false);
     let (save_ms, snapshot_name, snapshot_size) = runtime.block_on(async {
         let client = server.client().await;
         let started = Instant::now();
