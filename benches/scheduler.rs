@@ -8,6 +8,7 @@
 //!
 //! * **1,000 fake nodes** (Node objects with allocatable cpu/memory/pods, Ready, zone
 //!   labels over 10 zones, and a Lease each in `kube-node-lease`; the server runs with
+//!   `--cluster-cidr 10.64.0.0/12` (a /24 for each of them) and
 //!   `--kube-controller-manager-arg node-monitor-grace-period=1h` and
 //!   `node-startup-grace-period=1h` because nothing renews those Leases), then
 //! * **10,000 bare pods** from 32 concurrent clients: **pods/s** from the first
@@ -100,6 +101,11 @@ async fn run(sizes: Sizes) -> Result<()> {
     let mut server = K3rsServer::spawn(
         "k3rs-sched-bench-",
         &[
+            // The default 10.42.0.0/16 has /24s for 256 nodes only (and a wider one must miss
+            // the 10.43.0.0/16 service CIDR); node IPAM would keep
+            // retrying (and logging) the other 744 throughout the run.
+            "--cluster-cidr",
+            "10.64.0.0/12",
             "--kube-controller-manager-arg",
             "node-monitor-grace-period=1h",
             "--kube-controller-manager-arg",

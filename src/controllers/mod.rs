@@ -101,8 +101,10 @@ impl Config {
 /// Runs every controller until the process ends.
 pub async fn run(client: kube::Client, config: Config) {
     let namespaces = tokio::spawn(namespace::run(client.clone()));
-    tokio::spawn(replicaset::run(client.clone()));
-    tokio::spawn(replicationcontroller::run(client.clone()));
+    // One pod watch and cache for both replica loops.
+    let replica_pods = replicaset::pod_informer(&client);
+    tokio::spawn(replicaset::run(client.clone(), replica_pods.clone()));
+    tokio::spawn(replicationcontroller::run(client.clone(), replica_pods));
     tokio::spawn(deployment::run(client.clone()));
     tokio::spawn(daemonset::run(client.clone()));
     tokio::spawn(statefulset::run(client.clone()));

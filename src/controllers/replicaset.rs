@@ -10,8 +10,12 @@
 //! readyReplicas, availableReplicas (minReadySeconds) and observedGeneration, written
 //! through `/status`. `SuccessfulCreate` / `SuccessfulDelete` events are recorded.
 //!
-//! Creates and deletes are remembered as "expectations" until the API shows them, so
-//! a list that lags behind our own writes never makes us create or delete twice.
+//! Pods are read from one shared pod cache ([`crate::informer::Shared`], one watch for
+//! the ReplicaSet and ReplicationController loops), never listed per reconcile: a
+//! 5,000-pod ReplicaSet is reconciled on every pod event, and a LIST of 5,000 pods
+//! each time was what made creating them slow. Creates and deletes are remembered as
+//! "expectations" until the cache shows them, so a cache that lags behind our own
+//! writes never makes us create or delete twice (kube's `ControllerExpectations`).
 //! Talks only to the API (kube-rs), never to the store.
 
 use std::cmp::Reverse;
@@ -26,7 +30,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -91,33 +95,49 @@ struct Expectation {
     since: Option<Instant>,
 }
 
+/// The shared pod cache the replica loops read.
+pub type PodInformer = crate::informer::Shared<Pod>;
+
+/// Starts the pod watch the replica loops share.
+pub fn pod_informer(client: &kube::Client) -> PodInformer {
+    crate::informer::Shared::spawn(
+        Api::all(client.clone()),
+        watcher::Config::default(),
+        "replica-controllers",
+    )
+}
+
 struct Context {
     client: kube::Client,
     recorder: Recorder,
+    pods: PodInformer,
     /// Keyed by ReplicaSet uid.
     expectations: Mutex<HashMap<String, Expectation>>,
 }
 
-/// Runs the ReplicaSet controller until the process ends.
-pub async fn run(client: kube::Client) {
-    run_for::<ReplicaSet>(client).await;
+/// Runs the ReplicaSet controller until the process ends, reading pods from `pods`.
+pub async fn run(client: kube::Client, pods: PodInformer) {
+    run_for::<ReplicaSet>(client, pods).await;
 }
 
 /// Runs the replica loop for one kind (ReplicaSet or ReplicationController).
-pub(crate) async fn run_for<K: ReplicatedPods>(client: kube::Client) {
+pub(crate) async fn run_for<K: ReplicatedPods>(client: kube::Client, pods: PodInformer) {
     let owners: Api<K> = Api::all(client.clone());
-    let pods: Api<Pod> = Api::all(client.clone());
+    // Reconciling before the cache holds every pod would create them all again.
+    pods.wait_until_ready().await;
     let controller = Controller::new(owners, watcher::Config::default());
     let store = controller.store();
+    let triggers = pods
+        .subscribe()
+        .flat_map(move |pod| futures_util::stream::iter(owners_for(&store, &pod)));
     let context = Arc::new(Context {
         recorder: Recorder::new(client.clone(), K::COMPONENT),
         client,
+        pods,
         expectations: Mutex::default(),
     });
     controller
-        .watches(pods, watcher::Config::default(), move |pod: Pod| {
-            owners_for(&store, &pod)
-        })
+        .reconcile_on(triggers)
         .run(reconcile::<K>, error_policy::<K>, context)
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -232,15 +252,18 @@ async fn reconcile<K: ReplicatedPods>(
     let uid = rs.uid().context("object has no uid")?;
     let selector = rs.pod_selector();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-    let list = pods_api
-        .list(&ListParams::default())
-        .await
-        .with_context(|| format!("listing pods in {namespace} for {kind} {name}"))?;
+    let listed: Vec<Arc<Pod>> = ctx
+        .pods
+        .store()
+        .state()
+        .into_iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(namespace.as_str()))
+        .collect();
     let terminating = rs.meta().deletion_timestamp.is_some();
 
     // Claim: keep matching owned pods, release non-matching ones, adopt orphans.
-    let mut owned: Vec<Pod> = Vec::new();
-    for pod in list.items {
+    let mut owned: Vec<Arc<Pod>> = Vec::new();
+    for pod in listed {
         let matches = selector_matches(&selector, pod.metadata.labels.as_ref());
         match controller_of(&pod.metadata) {
             Some(owner) if owner.uid == uid => {
@@ -254,7 +277,7 @@ async fn reconcile<K: ReplicatedPods>(
             None => {
                 if matches && !terminating && pod.metadata.deletion_timestamp.is_none() {
                     match adopt(&pods_api, &pod, rs.as_ref()).await {
-                        Ok(adopted) => owned.push(adopted),
+                        Ok(adopted) => owned.push(Arc::new(adopted)),
                         Err(e) => {
                             tracing::debug!(pod = %pod.name_any(), error = %e, "could not adopt pod")
                         }
@@ -263,7 +286,11 @@ async fn reconcile<K: ReplicatedPods>(
             }
         }
     }
-    let active: Vec<&Pod> = owned.iter().filter(|p| is_active(p)).collect();
+    let active: Vec<&Pod> = owned
+        .iter()
+        .map(|p| p.as_ref())
+        .filter(|p| is_active(p))
+        .collect();
 
     // Expectations: wait until our own earlier writes are visible.
     let satisfied = {

@@ -57,8 +57,8 @@ impl ReplicatedPods for ReplicationController {
 }
 
 /// Runs the ReplicationController controller until the process ends.
-pub async fn run(client: kube::Client) {
-    replicaset::run_for::<ReplicationController>(client).await;
+pub async fn run(client: kube::Client, pods: replicaset::PodInformer) {
+    replicaset::run_for::<ReplicationController>(client, pods).await;
 }
 
 #[cfg(test)]
