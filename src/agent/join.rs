@@ -136,56 +136,6 @@ fn server_addr(url: &str) -> Result<ServerAddr, JoinError> {
     })
 }
 
-/// A server certificate verifier that accepts anything: only for fetching `/cacerts`, whose
-/// answer is checked against the token's hash before it is trusted.
-#[derive(Debug)]
-struct AcceptAnyServer(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AcceptAnyServer {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
@@ -196,7 +146,9 @@ fn insecure_tls() -> Result<Arc<rustls::ClientConfig>, JoinError> {
         .with_safe_default_protocol_versions()
         .map_err(|e| tls_error(&e))?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AcceptAnyServer(provider)))
+        .with_custom_certificate_verifier(crate::pki::insecure::AcceptAnyServerCertificate::new(
+            provider,
+        ))
         .with_no_client_auth();
     Ok(Arc::new(config))
 }

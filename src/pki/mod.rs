@@ -6,7 +6,8 @@
 //!   configured names), and client certificates for the admin and each in-process component
 //!   (see [`COMPONENT_CLIENTS`]);
 //! - `<data-dir>/server/token` and `node-token`: `K10<sha256 of server-ca.crt>::server:<secret>`;
-//! - kubeconfig files (`--write-kubeconfig`) embedding a client certificate.
+//! - kubeconfig files (`--write-kubeconfig`) embedding a client certificate;
+//! - [`insecure`]: the one verifier for the few places that must not verify a server.
 //!
 //! Private keys are written with mode 0600 and every write is atomic (temp file in the same
 //! directory, fsync, rename). File names follow k3s.
@@ -16,6 +17,7 @@
 
 mod ca;
 pub mod files;
+pub mod insecure;
 mod inspect;
 pub mod kubeconfig;
 pub mod node;

@@ -640,7 +640,9 @@ fn tls_connector(config: &S3Config) -> Result<tokio_rustls::TlsConnector, S3Erro
     let client = if config.skip_ssl_verify {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
+            .with_custom_certificate_verifier(
+                crate::pki::insecure::AcceptAnyServerCertificate::new(provider),
+            )
             .with_no_client_auth()
     } else {
         let mut roots = rustls::RootCertStore::empty();
@@ -668,55 +670,6 @@ fn tls_connector(config: &S3Config) -> Result<tokio_rustls::TlsConnector, S3Erro
         builder.with_root_certificates(roots).with_no_client_auth()
     };
     Ok(tokio_rustls::TlsConnector::from(Arc::new(client)))
-}
-
-/// `--etcd-s3-skip-ssl-verify`: the user asked not to verify the endpoint.
-#[derive(Debug)]
-struct AcceptAnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &rustls::pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 /// The inner texts of every `<tag>…</tag>` element (S3's XML is flat and regular).

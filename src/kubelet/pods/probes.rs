@@ -267,56 +267,6 @@ fn user_agent() -> String {
     format!("kube-probe/{minor}")
 }
 
-/// A certificate verifier that accepts anything: HTTPS probes skip verification, as the
-/// kubelet's do (`InsecureSkipVerify`), since pods serve self-signed certificates.
-#[derive(Debug)]
-struct AcceptAnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &rustls::pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 /// The TLS client of HTTPS probes, built once.
 fn insecure_tls_config() -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
     static CONFIG: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
@@ -327,7 +277,9 @@ fn insecure_tls_config() -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
     let config = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
+        .with_custom_certificate_verifier(crate::pki::insecure::AcceptAnyServerCertificate::new(
+            provider,
+        ))
         .with_no_client_auth();
     Ok(CONFIG.get_or_init(|| Arc::new(config)).clone())
 }
