@@ -68,7 +68,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use futures_util::StreamExt;
 use http_body_util::BodyExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -1340,6 +1340,25 @@ impl MemoryReport {
     }
 }
 
+/// Pods need their ServiceAccount (admission refuses them otherwise, as Kubernetes does).
+/// Without the controller-manager nothing creates `default`, so the bench does; with it,
+/// the controller may have been first (409 is fine).
+async fn ensure_default_service_account(client: &kube::Client, namespace: &str) -> Result<()> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let account = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some("default".to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..ServiceAccount::default()
+    };
+    match accounts.create(&PostParams::default(), &account).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating {namespace}/default service account")),
+    }
+}
+
 /// A fresh server (with `flags`): VmRSS after start, then after creating the pods.
 /// Creation stops early (and says so) if the server's RSS passes
 /// `settings.rss_limit` or creation takes longer than `settings.pods_time_limit`,
@@ -1352,6 +1371,7 @@ async fn memory_phase(
     let server = K3rsServer::start_with(settings, tls, flags).await?;
     let clients = server.clients(CLIENTS).await?;
     create_namespace(&clients[0], NS_PODS).await?;
+    ensure_default_service_account(&clients[0], NS_PODS).await?;
     // Open every client's connection before the baseline, so the difference is the
     // pods and not the connections.
     for client in &clients {
