@@ -71,10 +71,7 @@ use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::ServerName;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Endpoint;
@@ -388,7 +385,9 @@ impl ProbeTls {
             .with_safe_default_protocol_versions()
             .context("choosing TLS versions for the readiness probe")?
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyServerCert(provider)))
+            .with_custom_certificate_verifier(k3rs::pki::insecure::AcceptAnyServerCertificate::new(
+                provider,
+            ))
             .with_no_client_auth();
         Ok(ProbeTls {
             connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
@@ -426,54 +425,6 @@ impl ProbeTls {
             .nth(1)
             .and_then(|code| code.parse().ok())
             .with_context(|| format!("unexpected status line {status_line:?}"))
-    }
-}
-
-#[derive(Debug)]
-struct AnyServerCert(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AnyServerCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
