@@ -14,8 +14,15 @@
 //!   POST to the first watch event showing it `Running` (the Kubernetes pod-startup SLI:
 //!   creation → Running observed via watch; image pulls excluded since the image is present);
 //!   p50, p99 and max;
+//! * **where the time went**: the agent runs with the pod worker's debug timings on; each
+//!   pod's first sync is split into phases, and the part spent inside containerd's CRI calls
+//!   (RunPodSandbox with its CNI plugins, CreateContainer, StartContainer with runc) is
+//!   printed apart from the kubelet's own share, as the machine's floor for a pod start;
 //! * **RSS with 50 pods**: 50 of the pods are deleted, and once they are gone and the node
 //!   has settled for 10 s, VmRSS of the agent again.
+//!
+//! The binary is `K3RS_RELEASE_BIN` when set (the shipped build, whose memory users get),
+//! else the bench-profile build.
 //!
 //! Everything (pods, containerd, shims, mounts, the bridge address) is torn down at the end,
 //! also on failure. Figures on a shared machine are noisy: run it once or twice, not more.
@@ -93,6 +100,74 @@ fn tail(text: &str) -> String {
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
+/// The CRI calls of a pod start: the part containerd (with runc and the CNI plugins) owns.
+const RUNTIME_PHASES: [&str; 3] = ["run-sandbox", "create", "start"];
+
+/// Reads the agent's `first pod sync` debug lines (`phases=total=…ms permit=…ms …`) for the
+/// bench pods and prints, per phase, the median, and how much of each start was spent inside
+/// containerd's CRI calls: the floor the kubelet cannot go below on this machine.
+fn phase_breakdown(log: &str) {
+    let mut per_phase: Vec<(String, Latencies)> = Vec::new();
+    let (mut runtime, mut ours) = (Latencies::new(), Latencies::new());
+    for line in log.lines() {
+        if !line.contains("first pod sync") || !line.contains("pod=bench-") {
+            continue;
+        }
+        let (mut in_runtime, mut total) = (Duration::ZERO, None);
+        for field in line.split_whitespace() {
+            let field = field.strip_prefix("phases=").unwrap_or(field);
+            let Some((name, value)) = field.split_once('=') else {
+                continue;
+            };
+            let Some(ms) = value.strip_suffix("ms").and_then(|v| v.parse::<u64>().ok()) else {
+                continue;
+            };
+            let took = Duration::from_millis(ms);
+            if name == "total" {
+                total = Some(took);
+                continue;
+            }
+            if RUNTIME_PHASES.contains(&name) {
+                in_runtime += took;
+            }
+            match per_phase.iter_mut().find(|(n, _)| n == name) {
+                Some((_, l)) => l.record(took),
+                None => {
+                    let mut l = Latencies::new();
+                    l.record(took);
+                    per_phase.push((name.to_string(), l));
+                }
+            }
+        }
+        if let Some(total) = total {
+            runtime.record(in_runtime);
+            ours.record(total.saturating_sub(in_runtime));
+        }
+    }
+    if runtime.is_empty() {
+        println!("pod start phases: no `first pod sync` lines in the agent log");
+        return;
+    }
+    let medians: Vec<String> = per_phase
+        .iter()
+        .map(|(name, l)| format!("{name}={:.0}", l.summary().p50.as_secs_f64() * 1e3))
+        .collect();
+    println!(
+        "pod start phases over {} pods, median ms: {}",
+        runtime.len(),
+        medians.join(" ")
+    );
+    let (rt, us) = (runtime.summary(), ours.summary());
+    println!(
+        "inside containerd's CRI calls ({}): p50 {:.0} ms, p99 {:.0} ms; the rest of the kubelet's sync: p50 {:.0} ms, p99 {:.0} ms",
+        RUNTIME_PHASES.join(" + "),
+        rt.p50.as_secs_f64() * 1e3,
+        rt.p99.as_secs_f64() * 1e3,
+        us.p50.as_secs_f64() * 1e3,
+        us.p99.as_secs_f64() * 1e3,
+    );
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -100,9 +175,17 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// The binary measured: the shipped release build when `K3RS_RELEASE_BIN` names one (its
+/// memory is what users get), else the one cargo built for this bench.
+fn k3rs_binary() -> PathBuf {
+    std::env::var_os("K3RS_RELEASE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_k3rs")))
+}
+
 fn spawn(args: &[&str], env: &[(&str, &Path)], log: PathBuf) -> Process {
     let file = std::fs::File::create(&log).expect("log file");
-    let child = Command::new(env!("CARGO_BIN_EXE_k3rs"))
+    let child = Command::new(k3rs_binary())
         .args(args)
         .env_remove("K3RS_TOKEN")
         .env_remove("K3RS_DATA_DIR")
@@ -180,6 +263,7 @@ async fn main() {
     runtime::require_runtime_tools();
     let base = runtime::base_dir("bk");
     let _guard = runtime::RuntimeGuard::new(&base).with_bridge_address(BRIDGE_ADDRESS);
+    println!("kubelet bench: {}", k3rs_binary().display());
 
     // The API server, scheduler and controllers (node IPAM hands out 10.95.x.0/24).
     let port = free_port();
@@ -264,6 +348,11 @@ async fn main() {
             ("K3RS_RUN_DIR", &run_dir),
             ("K3RS_POD_LOG_DIR", &log_dir),
             ("K3RS_KUBELET_PORT", Path::new(&kubelet_port)),
+            // Each pod's first sync logs where its time went (see `phase_breakdown`).
+            (
+                "RUST_LOG",
+                Path::new("info,k3rs::kubelet::pods::worker=debug"),
+            ),
         ],
         base.join("agent.log"),
     );
@@ -355,6 +444,8 @@ async fn main() {
             .max()
             .map_or(0.0, |last| last.duration_since(run_started).as_secs_f64()),
     );
+
+    phase_breakdown(&agent.log());
 
     // RSS with 50 pods.
     for i in KEEP..PODS {
