@@ -179,6 +179,7 @@ fn free_port() -> u16 {
 /// memory is what users get), else the one cargo built for this bench.
 fn k3rs_binary() -> PathBuf {
     std::env::var_os("K3RS_RELEASE_BIN")
+        .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_k3rs")))
 }

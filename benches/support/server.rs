@@ -21,9 +21,16 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-/// The binary cargo built for this bench.
+/// The binary measured: `K3RS_RELEASE_BIN` when set (the shipped release build, to compare
+/// it with the bench-profile one), else the one cargo built for this bench.
 pub fn k3rs_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_k3rs"))
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var_os("K3RS_RELEASE_BIN")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_k3rs")))
+    })
 }
 
 /// A loopback port that was free a moment ago (bound to port 0, then released).
