@@ -5,8 +5,8 @@
 //!   TCP port each) as one full replacement of the table, inside a private network
 //!   namespace (`ip netns exec`, so the host's rules are untouched); median of 3.
 //! * **one_change_ms**: one endpoint of one Service replaced in that set; the proxy's
-//!   normal partial update (new endpoint chain, service chain refilled, old chain deleted);
-//!   median of 5.
+//!   normal partial update (render, diff, and the changed elements of that Service's
+//!   endpoint map and of the hairpin set in one `nft -f`); median of 5.
 //! * **dns_qps**: one client on loopback sending `web-N.default.svc.cluster.local` A queries
 //!   back to back (each waits for its answer) for 2 s against `k3rs::dns::serve` with a view
 //!   of the same 1,000 Services.

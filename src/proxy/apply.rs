@@ -267,17 +267,31 @@ impl Syncer {
         Ok(kind)
     }
 
-    /// Records what the kernel holds now, for [`Syncer::drifted`].
-    pub async fn record_fingerprint(&mut self) -> Result<(), ApplyError> {
+    /// Records what the kernel holds now, for [`Syncer::drifted`]. Listing a big table
+    /// costs `nft` about as much as loading it, so the caller does this once changes
+    /// settle, not after every sync. `Ok(false)` when a table the last sync applied is
+    /// gone already (flushed by hand): nothing is recorded, a full sync is due.
+    pub async fn record_fingerprint(&mut self) -> Result<bool, ApplyError> {
+        let mut listings = BTreeMap::new();
         for family in self.families.clone() {
-            let listing = self.host.list_table(family, &self.options.table).await?;
-            self.fingerprints
-                .insert(family, normalize_listing(&listing.unwrap_or_default()));
+            match self.host.list_table(family, &self.options.table).await? {
+                Some(listing) => {
+                    listings.insert(family, normalize_listing(&listing));
+                }
+                None => return Ok(false),
+            }
         }
-        Ok(())
+        self.fingerprints = listings;
+        Ok(true)
     }
 
-    /// Whether the tables differ from what the last sync left (a hand edit, a flush).
+    /// Whether a reference listing was recorded since the last change.
+    pub fn has_fingerprint(&self) -> bool {
+        !self.fingerprints.is_empty()
+    }
+
+    /// Whether the tables differ from what the last sync left (a hand edit, a flush);
+    /// true when no reference listing was recorded since the last change.
     pub async fn drifted(&self) -> bool {
         for family in &self.families {
             let Some(expected) = self.fingerprints.get(family) else {

@@ -10,7 +10,8 @@
 //!   stale UDP conntrack entries.
 //! - [`run`]: the watch + sync loop: changes are coalesced (a minimum interval between syncs,
 //!   1 s by default), partial updates normally, a full replacement when the kernel's table no
-//!   longer matches what was applied (checked every resync interval, 30 s by default).
+//!   longer matches what was applied (checked every resync interval, 30 s by default, against
+//!   a listing taken once changes have settled for a minimum interval) or a sync fails.
 //!
 //! An API client only: it may not touch `store` or `apiserver` internals, nor any nftables
 //! table but its own (NetworkPolicy lives in `inet k3rs-netpol`, owned by `network`).
@@ -123,6 +124,7 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
     let mut last_sync: Option<Instant> = None;
     let mut next_resync = Instant::now() + config.resync_interval;
     let mut force_full = true;
+    let mut fingerprint_due: Option<Instant> = None;
     let mut failures = 0u32;
     tracing::info!(node = %config.node_name, table = %config.table, "kube-proxy (nftables) started");
     loop {
@@ -148,9 +150,10 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
                 force_full = false;
                 if kind != SyncKind::Unchanged {
                     tracing::info!(?kind, service_ports = ports.len(), "synced Service rules");
-                    if let Err(e) = syncer.record_fingerprint().await {
-                        tracing::warn!(error = %e, "cannot list the proxy's nftables table");
-                    }
+                    // The reference listing for the drift check is taken once changes
+                    // settle: listing a 1,000-Service table costs nft about as much CPU
+                    // as loading it, too much to repeat after every sync of a burst.
+                    fingerprint_due = Some(Instant::now() + config.min_sync_interval);
                 }
             }
             Err(e @ apply::ApplyError::Spawn { .. }) => {
@@ -165,18 +168,56 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
                 continue;
             }
         }
-        // Wait for a change or the resync tick.
-        let now = Instant::now();
-        let until_resync = next_resync.saturating_duration_since(now);
-        tokio::select! {
-            _ = changed.notified() => {}
-            _ = tokio::time::sleep(until_resync) => {
-                next_resync = Instant::now() + config.resync_interval;
-                if syncer.drifted().await {
-                    tracing::warn!(table = %config.table, "the nftables table was changed by hand; restoring it");
-                    force_full = true;
+        // Wait for a change or the resync tick, recording the reference listing meanwhile.
+        loop {
+            let now = Instant::now();
+            let until_resync = next_resync.saturating_duration_since(now);
+            let until_fingerprint = fingerprint_due.map(|due| due.saturating_duration_since(now));
+            tokio::select! {
+                _ = changed.notified() => break,
+                _ = tokio::time::sleep(until_fingerprint.unwrap_or_default()),
+                    if until_fingerprint.is_some() => {
+                    fingerprint_due = None;
+                    if !record_reference(&mut syncer, &config.table).await {
+                        force_full = true;
+                        break;
+                    }
+                }
+                _ = tokio::time::sleep(until_resync) => {
+                    next_resync = Instant::now() + config.resync_interval;
+                    if !syncer.has_fingerprint() {
+                        // Changes kept coming (or listing failed): take the reference now.
+                        fingerprint_due = None;
+                        if !record_reference(&mut syncer, &config.table).await {
+                            force_full = true;
+                            break;
+                        }
+                    } else if syncer.drifted().await {
+                        tracing::warn!(table = %config.table, "the nftables table was changed by hand; restoring it");
+                        force_full = true;
+                        break;
+                    }
                 }
             }
+        }
+    }
+}
+
+/// Records the reference listing for the drift check; false when the table is already
+/// gone (a full sync is due). A listing error is logged and retried at the next tick.
+async fn record_reference(syncer: &mut Syncer, table: &str) -> bool {
+    match syncer.record_fingerprint().await {
+        Ok(true) => true,
+        Ok(false) => {
+            tracing::warn!(
+                table,
+                "the nftables table was removed by hand; restoring it"
+            );
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the proxy's nftables table");
+            true
         }
     }
 }

@@ -9,13 +9,15 @@
 //! - `nat-{prerouting,output}` jump to `services`, which looks `daddr . l4proto . dport` up
 //!   in `service-ips` and `l4proto . dport` (for `daddr` in `nodeport-ips`) in
 //!   `service-nodeports`;
-//! - per Service port a `service-…` chain (masquerade off-cluster sources, session affinity,
-//!   `numgen random mod N` over `endpoint-…` chains), an `external-…` chain for NodePort /
+//! - per Service port a `service-…` chain (masquerade sources outside `cluster-cidrs`,
+//!   session affinity, the endpoint pick), an `external-…` chain for NodePort /
 //!   LoadBalancer / external IP traffic (masquerade when the policy is Cluster), a `local-…`
 //!   chain over this node's endpoints for the Local policies;
-//! - DNAT straight from a `numgen random mod N map { i : addr . port }` (no chain per
-//!   endpoint: loading 10,000 chains costs the kernel seconds); with session affinity an
-//!   `endpoint-…` chain per endpoint instead (the affinity set update, then DNAT);
+//! - the pick is `numgen random mod N` looked up in the balancing chain's own named map
+//!   (`<chain>-endpoints`, `i : addr . port`, DNAT straight from it: no chain per endpoint,
+//!   and no anonymous maps, which make the kernel walk the whole transaction once each);
+//!   with session affinity an `endpoint-…` chain per endpoint instead (the affinity set
+//!   update, then DNAT), picked from `<chain>-endpoint-chains` (`i : goto endpoint-…`);
 //! - `nat-postrouting` marks hairpin flows (`saddr . daddr` in `hairpin-endpoints`), then
 //!   `masquerading` masquerades packets carrying the 0x4000 mark.
 
@@ -281,13 +283,14 @@ impl Ruleset {
         for name in &removed_chains {
             let _ = writeln!(out, "flush chain {family} {table} {name}");
         }
-        for name in &removed_chains {
-            let _ = writeln!(out, "delete chain {family} {table} {name}");
-        }
+        // Sets before chains: a verdict map's `goto endpoint-…` elements hold its chains.
         for (name, set) in &old.sets {
             if !self.sets.contains_key(name) {
                 let _ = writeln!(out, "delete {} {family} {table} {name}", set.kind);
             }
+        }
+        for name in &removed_chains {
+            let _ = writeln!(out, "delete chain {family} {table} {name}");
         }
         out
     }
@@ -415,6 +418,22 @@ pub fn render(family: Family, ports: &[ServicePort], options: &RenderOptions) ->
             elements: BTreeMap::new(),
         },
     );
+    // The pod network: ClusterIP traffic from elsewhere is masqueraded (all of it while
+    // the set is empty), pod traffic under an external Local policy keeps cluster-wide
+    // balancing. A named set, so learning the CIDRs later is an element update.
+    rs.sets.insert(
+        "cluster-cidrs".into(),
+        Set {
+            kind: "set",
+            decl: format!("type {at}; flags interval;"),
+            elements: options
+                .cluster_cidrs
+                .iter()
+                .filter(|c| family.parse_cidr(c))
+                .map(|c| (c.clone(), String::new()))
+                .collect(),
+        },
+    );
     rs.sets.insert(
         "nodeport-ips".into(),
         Set {
@@ -442,19 +461,30 @@ pub fn render(family: Family, ports: &[ServicePort], options: &RenderOptions) ->
     for ip in options.node_ips.iter().filter(|ip| family.matches(ip)) {
         rs.element("nodeport-ips", ip.to_string(), String::new());
     }
-    let cluster_cidrs: Vec<&str> = options
-        .cluster_cidrs
-        .iter()
-        .map(String::as_str)
-        .filter(|c| family.parse_cidr(c))
-        .collect();
     for port in ports {
-        render_port(&mut rs, family, port, &cluster_cidrs);
+        render_port(&mut rs, family, port);
     }
     rs
 }
 
+/// The named map a balancing chain picks its endpoint from: DNAT targets
+/// (`…-endpoints`), or endpoint chains with session affinity (`…-endpoint-chains`); two
+/// names because a map's type cannot change in place.
+fn endpoint_map(chain: &str, affinity: bool) -> String {
+    if affinity {
+        format!("{chain}-endpoint-chains")
+    } else {
+        format!("{chain}-endpoints")
+    }
+}
+
 /// The endpoint-selection rules of one balancing chain (`service-…` or `local-…`).
+///
+/// The pick is `numgen random mod N` looked up in a named map of the chain's own, filled
+/// with elements: nft and the kernel load a table of named maps several times faster than
+/// one with an anonymous map per chain (the kernel walks the whole transaction for every
+/// anonymous set it binds), and an endpoint change is then an element update that leaves
+/// the chain alone.
 fn balance(
     rs: &mut Ruleset,
     family: Family,
@@ -463,7 +493,9 @@ fn balance(
     endpoints: &[&Endpoint],
 ) {
     let f = family.nft();
+    let proto = port.protocol.nft();
     if port.affinity_timeout.is_some() {
+        // Affinity needs a chain per endpoint (each updates its own set).
         for endpoint in endpoints {
             rs.rule(
                 chain,
@@ -474,27 +506,28 @@ fn balance(
                 ),
             );
         }
-    }
-    if port.affinity_timeout.is_some() {
-        // Affinity needs a chain per endpoint (each updates its own set).
-        let arms: Vec<String> = endpoints
+        let map = endpoint_map(chain, true);
+        let elements = endpoints
             .iter()
             .enumerate()
-            .map(|(i, e)| format!("{i} : goto {}", endpoint_chain(port, e)))
+            .map(|(i, e)| (i.to_string(), format!("goto {}", endpoint_chain(port, e))))
             .collect();
+        rs.sets.insert(
+            map.clone(),
+            Set {
+                kind: "map",
+                decl: "typeof numgen random mod 1 : verdict;".into(),
+                elements,
+            },
+        );
         rs.rule(
             chain,
-            format!(
-                "numgen random mod {} vmap {{ {} }}",
-                endpoints.len(),
-                arms.join(", ")
-            ),
+            format!("numgen random mod {} vmap @{map}", endpoints.len()),
         );
         return;
     }
-    // Without affinity the DNAT target comes straight from a numgen-keyed map: no chain
-    // per endpoint, which keeps a 10,000-endpoint table cheap for the kernel to load.
-    let proto = port.protocol.nft();
+    // Without affinity the DNAT target comes straight from the map: no chain per
+    // endpoint, which keeps a 10,000-endpoint table cheap for the kernel to load.
     if let [only] = endpoints {
         rs.rule(
             chain,
@@ -506,22 +539,31 @@ fn balance(
         );
         return;
     }
-    let arms: Vec<String> = endpoints
+    let map = endpoint_map(chain, false);
+    let elements = endpoints
         .iter()
         .enumerate()
-        .map(|(i, e)| format!("{i} : {} . {}", e.ip, e.port))
+        .map(|(i, e)| (i.to_string(), format!("{} . {}", e.ip, e.port)))
         .collect();
+    rs.sets.insert(
+        map.clone(),
+        Set {
+            kind: "map",
+            // `th dport`, not `tcp dport`: the map's type is the same for every protocol.
+            decl: format!("typeof numgen random mod 1 : {f} daddr . th dport;"),
+            elements,
+        },
+    );
     rs.rule(
         chain,
         format!(
-            "meta l4proto {proto} dnat {f} addr . port to numgen random mod {} map {{ {} }}",
-            endpoints.len(),
-            arms.join(", ")
+            "meta l4proto {proto} dnat {f} addr . port to numgen random mod {} map @{map}",
+            endpoints.len()
         ),
     );
 }
 
-fn render_port(rs: &mut Ruleset, family: Family, port: &ServicePort, cluster_cidrs: &[&str]) {
+fn render_port(rs: &mut Ruleset, family: Family, port: &ServicePort) {
     let f = family.nft();
     let proto = port.protocol.nft();
     let id = port.id();
@@ -594,15 +636,10 @@ fn render_port(rs: &mut Ruleset, family: Family, port: &ServicePort, cluster_cid
     };
     // The service chain serves ClusterIP traffic (and pod traffic under external Local).
     if !all.is_empty() {
-        let masquerade = if cluster_cidrs.is_empty() {
-            "jump mark-for-masquerade".to_string()
-        } else {
-            format!(
-                "{f} saddr != {{ {} }} jump mark-for-masquerade",
-                cluster_cidrs.join(", ")
-            )
-        };
-        rs.rule(&service_chain, masquerade);
+        rs.rule(
+            &service_chain,
+            format!("{f} saddr != @cluster-cidrs jump mark-for-masquerade"),
+        );
         balance(rs, family, &service_chain, port, &all);
     }
     let internal_chain = if port.internal_local && !local.is_empty() {
@@ -629,12 +666,10 @@ fn render_port(rs: &mut Ruleset, family: Family, port: &ServicePort, cluster_cid
         if port.external_local {
             // Pods keep cluster-wide balancing; the node itself is masqueraded; everything
             // else keeps its source address and only reaches endpoints on this node.
-            for cidr in cluster_cidrs {
-                rs.rule(
-                    &external_chain,
-                    format!("{f} saddr {cidr} goto {service_chain}"),
-                );
-            }
+            rs.rule(
+                &external_chain,
+                format!("{f} saddr @cluster-cidrs goto {service_chain}"),
+            );
             rs.rule(
                 &external_chain,
                 "fib saddr type local jump mark-for-masquerade".into(),

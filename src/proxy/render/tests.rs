@@ -78,12 +78,28 @@ fn cluster_ip_balances_over_ready_endpoints_and_masquerades_off_cluster_sources(
     let rules = &rs.chains[&service_chain].rules;
     assert_eq!(
         rules[0],
-        "ip saddr != { 10.42.0.0/16 } jump mark-for-masquerade"
+        "ip saddr != @cluster-cidrs jump mark-for-masquerade"
     );
     assert_eq!(
+        rs.sets["cluster-cidrs"].elements.keys().collect::<Vec<_>>(),
+        ["10.42.0.0/16"]
+    );
+    let map = format!("{service_chain}-endpoints");
+    assert_eq!(
         rules[1],
-        "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map \
-         { 0 : 10.42.0.5 . 8080, 1 : 10.42.1.6 . 8080 }"
+        format!("meta l4proto tcp dnat ip addr . port to numgen random mod 2 map @{map}")
+    );
+    assert_eq!(
+        rs.sets[&map].decl,
+        "typeof numgen random mod 1 : ip daddr . th dport;"
+    );
+    assert_eq!(
+        rs.sets[&map]
+            .elements
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect::<Vec<_>>(),
+        [("0", "10.42.0.5 . 8080"), ("1", "10.42.1.6 . 8080")]
     );
     assert!(!rs.chains.keys().any(|c| c.starts_with("endpoint-")));
     assert!(
@@ -132,6 +148,15 @@ fn session_affinity_uses_one_timeout_set_per_endpoint() {
         "ip saddr @{set} goto {}",
         endpoint_chain(&svc, &svc.endpoints[1])
     )));
+    let picks = format!("{}-endpoint-chains", chain_name("service", &svc.id()));
+    assert_eq!(
+        service_rules.last().expect("rules"),
+        &format!("numgen random mod 2 vmap @{picks}")
+    );
+    assert_eq!(
+        rs.sets[&picks].elements["1"],
+        format!("goto {}", endpoint_chain(&svc, &svc.endpoints[1]))
+    );
     let ep_rules = &rs.chains[&endpoint_chain(&svc, &svc.endpoints[1])].rules;
     assert_eq!(ep_rules[0], format!("update @{set} {{ ip saddr }}"));
     assert_eq!(ep_rules[1], "meta l4proto tcp dnat to 10.42.0.6:8080");
@@ -222,20 +247,78 @@ fn diff_touches_only_what_changed() {
             .any(|l| l.starts_with("flush chain ip k3rs service-")),
         "{diff}"
     );
+    // The old endpoint's set goes before its chain, which goes last (nothing refers to
+    // it by then).
+    let deleted_set = lines
+        .iter()
+        .position(|l| l.starts_with("delete set ip k3rs affinity-"))
+        .expect(&diff);
     assert!(
-        lines
+        lines[deleted_set + 1..]
             .iter()
-            .any(|l| l.starts_with("delete chain ip k3rs endpoint-")),
+            .all(|l| l.starts_with("delete chain ip k3rs endpoint-")),
         "{diff}"
     );
     assert!(
         lines
             .last()
             .expect("lines")
-            .starts_with("delete set ip k3rs affinity-"),
+            .starts_with("delete chain ip k3rs endpoint-"),
         "{diff}"
     );
     assert!(lines.iter().all(|l| !l.contains("service-ips")), "{diff}");
+}
+
+#[test]
+fn one_endpoint_change_is_an_element_update_only() {
+    let mut web = port(
+        "web",
+        vec![endpoint("10.42.0.5", true), endpoint("10.42.1.6", false)],
+    );
+    let before = render(Family::V4, std::slice::from_ref(&web), &options());
+    web.endpoints[1] = endpoint("10.42.1.9", false);
+    let after = render(Family::V4, std::slice::from_ref(&web), &options());
+    let map = format!("{}-endpoints", chain_name("service", &web.id()));
+    assert_eq!(
+        after.diff_text(&before).lines().collect::<Vec<_>>(),
+        [
+            "delete element ip k3rs hairpin-endpoints { 10.42.1.6 . 10.42.1.6 }".to_string(),
+            "add element ip k3rs hairpin-endpoints { 10.42.1.9 . 10.42.1.9 }".to_string(),
+            format!("delete element ip k3rs {map} {{ 1 }}"),
+            format!("add element ip k3rs {map} {{ 1 : 10.42.1.9 . 8080 }}"),
+        ]
+    );
+    // A third endpoint changes the modulus: the chain is refilled, the map gains one.
+    web.endpoints.push(endpoint("10.42.2.7", false));
+    let grown = render(Family::V4, std::slice::from_ref(&web), &options());
+    let diff = grown.diff_text(&after);
+    assert!(diff.contains("numgen random mod 3 map @"), "{diff}");
+    assert!(
+        diff.contains(&format!(
+            "add element ip k3rs {map} {{ 2 : 10.42.2.7 . 8080 }}"
+        )),
+        "{diff}"
+    );
+}
+
+#[test]
+fn without_cluster_cidrs_all_cluster_ip_traffic_is_masqueraded() {
+    let svc = port("web", vec![endpoint("10.42.0.5", true)]);
+    let mut opts = options();
+    opts.cluster_cidrs.clear();
+    let rs = render(Family::V4, std::slice::from_ref(&svc), &opts);
+    // `saddr != @cluster-cidrs` holds for every source while the set is empty.
+    assert!(rs.sets["cluster-cidrs"].elements.is_empty());
+    assert_eq!(
+        rs.chains[&chain_name("service", &svc.id())].rules[0],
+        "ip saddr != @cluster-cidrs jump mark-for-masquerade"
+    );
+    // Learning them later is an element update, not a rewrite of every service chain.
+    let learned = render(Family::V4, std::slice::from_ref(&svc), &options());
+    assert_eq!(
+        learned.diff_text(&rs),
+        "add element ip k3rs cluster-cidrs { 10.42.0.0/16 }\n"
+    );
 }
 
 #[test]
@@ -303,4 +386,11 @@ fn generated_rulesets_are_accepted_by_nft() {
     // A diff applies on top of the full text in one transaction, too.
     let changed = render(Family::V4, &ports[1..], &opts);
     nft_check(&format!("{}{}", v4.full_text(), changed.diff_text(&v4)));
+    // So does an endpoint change (an element update) and a sticky Service losing
+    // affinity (its endpoint-chains map goes, an endpoints map comes).
+    let mut edited = ports.clone();
+    edited[6].endpoints[1] = endpoint("10.42.0.12", true);
+    edited[0].affinity_timeout = None;
+    let edited = render(Family::V4, &edited, &opts);
+    nft_check(&format!("{}{}", v4.full_text(), edited.diff_text(&v4)));
 }
