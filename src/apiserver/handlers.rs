@@ -237,7 +237,8 @@ impl Filter {
         if self.is_empty() {
             return true;
         }
-        serde_json::from_slice::<Value>(bytes).is_ok_and(|v| self.matches_value(&v))
+        // Selectors read a few shallow fields: skip building the rest of the tree.
+        super::selectors::selectable_view(bytes).is_ok_and(|v| self.matches_value(&v))
     }
 }
 
