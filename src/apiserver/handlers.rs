@@ -237,7 +237,8 @@ impl Filter {
         if self.is_empty() {
             return true;
         }
-        serde_json::from_slice::<Value>(bytes).is_ok_and(|v| self.matches_value(&v))
+        // Selectors read a few shallow fields: skip building the rest of the tree.
+        super::selectors::selectable_view(bytes).is_ok_and(|v| self.matches_value(&v))
     }
 }
 
@@ -585,6 +586,10 @@ fn translate(
         (EventType::Modified, false, true) => "DELETED",
         _ => return None,
     };
+    if !metadata_only && kind == event.kind.as_str() {
+        // The line the cache built once for every watcher: no copy per watch.
+        return Some(event.line.clone());
+    }
     Some(watch_object_line(kind, &event.bytes, metadata_only))
 }
 
@@ -841,6 +846,13 @@ fn to_stored(object: &Value) -> Vec<u8> {
         meta.remove("resourceVersion");
     }
     serde_json::to_vec(&copy).unwrap_or_default()
+}
+
+/// Removes `metadata.resourceVersion` (the store keeps it) from an object we own.
+fn remove_resource_version(object: &mut Value) {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("resourceVersion");
+    }
 }
 
 fn stored_to_response(kv: &KeyValue) -> Bytes {
@@ -1195,12 +1207,15 @@ where
                 Err(e) => Err(ApiError::from_store(e, &info.group, &info.plural, &name)),
             };
         }
-        let stored = to_stored(&new);
-        let old_stored = to_stored(&old);
-        if stored == old_stored {
+        // Both trees are ours now: drop resourceVersion in place and compare them,
+        // rather than cloning and encoding each just to compare the bytes.
+        remove_resource_version(&mut new);
+        remove_resource_version(&mut old);
+        if new == old {
             // No-op updates keep the resourceVersion (as kube-apiserver does).
             return Ok(json_response(StatusCode::OK, stored_to_response(&current)));
         }
+        let stored = serde_json::to_vec(&new).unwrap_or_default();
         match state
             .store
             .update(key.as_bytes(), stored, current.mod_revision)

@@ -277,16 +277,26 @@ impl FieldSet {
     /// Paths in either set.
     pub fn union(&self, other: &FieldSet) -> FieldSet {
         let mut out = self.clone();
-        out.members.extend(other.members.iter().cloned());
+        out.union_with(other);
+        out
+    }
+
+    /// Adds `other`'s paths to `self` in place: only what `self` lacks is copied
+    /// (`union` once cloned every shared subtree again at each level).
+    fn union_with(&mut self, other: &FieldSet) {
+        for pe in &other.members {
+            if !self.members.contains(pe) {
+                self.members.insert(pe.clone());
+            }
+        }
         for (pe, child) in &other.children {
-            match out.children.get_mut(pe) {
-                Some(mine) => *mine = mine.union(child),
+            match self.children.get_mut(pe) {
+                Some(mine) => mine.union_with(child),
                 None => {
-                    out.children.insert(pe.clone(), child.clone());
+                    self.children.insert(pe.clone(), child.clone());
                 }
             }
         }
-        out
     }
 
     /// Paths in `self` and not in `other` (exact paths; children of a removed path stay).
@@ -369,9 +379,15 @@ impl FieldSet {
         match path {
             [] => {} // the whole object: never tracked
             [last] => {
-                self.members.insert(last.clone());
+                if !self.members.contains(last) {
+                    self.members.insert(last.clone());
+                }
             }
-            [first, rest @ ..] => self.children.entry(first.clone()).or_default().insert(rest),
+            // Look up before inserting: `entry` would clone the key for every leaf.
+            [first, rest @ ..] => match self.children.get_mut(first) {
+                Some(child) => child.insert(rest),
+                None => self.children.entry(first.clone()).or_default().insert(rest),
+            },
         }
     }
 
@@ -469,7 +485,7 @@ fn read_fields_v1(m: &Map<String, Value>) -> Result<(Option<FieldSet>, bool), St
         if let Some(g) = grandchildren {
             let node = children.get_or_insert_default();
             match node.children.get_mut(&pe) {
-                Some(existing) => *existing = existing.union(&g),
+                Some(existing) => existing.union_with(&g),
                 None => {
                     node.children.insert(pe, g);
                 }
@@ -807,6 +823,9 @@ static NULL: Value = Value::Null;
 
 struct Ctx<'k> {
     keys: &'k dyn ListKeys,
+    /// Comparisons pass over `metadata.managedFields` as if it were absent (what
+    /// ownership records never track), sparing a copy of each object without it.
+    skip_managed_fields: bool,
 }
 
 impl Ctx<'_> {
@@ -971,6 +990,13 @@ impl Ctx<'_> {
         fpath: &mut Vec<&'a str>,
         out: &mut Comparison,
     ) {
+        // Equal subtrees add, modify and remove nothing: skip walking them (an update
+        // usually changes a few fields of a large object).
+        if let (Some(a), Some(b)) = (l, r)
+            && value_eq(a, b)
+        {
+            return;
+        }
         let leafed = match mismatched(l, r) {
             Some(lk) => {
                 self.cmp_as(lk, l, r, path, fpath, out);
@@ -1024,6 +1050,12 @@ impl Ctx<'_> {
                     return true;
                 }
                 for key in union_keys(lm, rm) {
+                    if self.skip_managed_fields
+                        && key == "managedFields"
+                        && fpath.as_slice() == ["metadata"]
+                    {
+                        continue;
+                    }
                     path.push(Pe::Field(key.to_string()));
                     fpath.push(key);
                     self.cmp_node(
@@ -1760,12 +1792,14 @@ impl Ctx<'_> {
         let Ok(cmp) = self.update_managers(managed, old, new, &current, true, ignored) else {
             return; // unreachable: force never conflicts
         };
-        let gained = strip_meta(&cmp.modified.union(&cmp.added).recursive_difference(ignored));
+        let mut changed = cmp.modified;
+        changed.union_with(&cmp.added);
+        let mut gained = strip_meta(&changed.recursive_difference(ignored));
         if !gained.is_empty() {
-            let set = match managed.fields.get(id) {
-                Some(previous) => gained.union(&previous.set),
-                None => gained,
-            };
+            if let Some(previous) = managed.fields.get(id) {
+                gained.union_with(&previous.set);
+            }
+            let set = gained;
             managed.fields.insert(
                 id.clone(),
                 VersionedSet {
@@ -2040,7 +2074,10 @@ fn normalize_time(s: &str) -> String {
 /// creationTimestamp, selfLink, managedFields) and, when status is a subresource,
 /// `status`.
 pub fn fields_of(object: &Value, keys: &dyn ListKeys) -> FieldSet {
-    let ctx = Ctx { keys };
+    let ctx = Ctx {
+        keys,
+        skip_managed_fields: false,
+    };
     let set = ctx.to_field_set(&without_managed_fields(object));
     strip_meta(&set.recursive_difference(&ignored_fields(keys, None)))
 }
@@ -2048,7 +2085,10 @@ pub fn fields_of(object: &Value, keys: &dyn ListKeys) -> FieldSet {
 /// What an Update from `old` to `new` changed (added or modified paths, including
 /// added maps and list items), with the same exclusions as [`fields_of`].
 pub fn changed_fields(old: &Value, new: &Value, keys: &dyn ListKeys) -> FieldSet {
-    let ctx = Ctx { keys };
+    let ctx = Ctx {
+        keys,
+        skip_managed_fields: false,
+    };
     let cmp = ctx.compare(&without_managed_fields(old), &without_managed_fields(new));
     strip_meta(
         &cmp.modified
@@ -2333,7 +2373,10 @@ fn apply_impl(
             "metadata.managedFields must be nil".into(),
         ));
     }
-    let ctx = Ctx { keys };
+    let ctx = Ctx {
+        keys,
+        skip_managed_fields: false,
+    };
     let mut errs = Vec::new();
     ctx.validate(applied, &mut Vec::new(), &mut Vec::new(), &mut errs);
     if !errs.is_empty() {
@@ -2466,15 +2509,17 @@ pub fn record_update(
     if managed.fields.is_empty() && old.is_some() {
         return Value::Array(Vec::new());
     }
-    let ctx = Ctx { keys };
-    let old_obj = old.map_or_else(|| Value::Object(Map::new()), without_managed_fields);
-    let new_obj = without_managed_fields(new);
+    let ctx = Ctx {
+        keys,
+        skip_managed_fields: true,
+    };
+    let empty = Value::Object(Map::new());
     let id = ManagerId::update(manager, api_version, subresource);
     let ignored = ignored_fields(keys, subresource);
     ctx.record(
         &mut managed,
-        &old_obj,
-        &new_obj,
+        old.unwrap_or(&empty),
+        new,
         &id,
         &ignored,
         &normalize_time(now_rfc3339),
@@ -3878,7 +3923,10 @@ mod tests {
     }
 
     fn run(keys: &dyn ListKeys, steps: Vec<Step>) -> (Value, BTreeMap<String, Vec<String>>) {
-        let ctx = Ctx { keys };
+        let ctx = Ctx {
+            keys,
+            skip_managed_fields: false,
+        };
         let mut live: Option<Value> = None;
         let mut managed = Managed::default();
         for step in steps {

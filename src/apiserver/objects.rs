@@ -160,7 +160,8 @@ pub fn invalid_name(info: &ResourceInfo, name: &str, problem: String) -> ApiErro
 macro_rules! typed_roundtrip {
     ($info:expr, $value:expr, { $( ($g:literal, $k:literal) => $t:ty ),* $(,)? }) => {
         match ($info.group.as_str(), $info.kind.as_str()) {
-            $( ($g, $k) => Some(serde_json::from_value::<$t>($value.clone()).and_then(|typed| serde_json::to_value(typed))), )*
+            // Deserializing from `&Value` borrows the tree instead of cloning it first.
+            $( ($g, $k) => Some(<$t as serde::Deserialize>::deserialize($value).and_then(|typed| serde_json::to_value(typed))), )*
             _ => None,
         }
     };

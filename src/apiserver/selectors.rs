@@ -1640,6 +1640,107 @@ fn omits_namespace_field(resource: &str) -> bool {
     )
 }
 
+/// How many levels of JSON containers below the object itself a selector can read: labels
+/// (`metadata.labels.<key>`) and `status.podIPs[0].ip` are the deepest.
+const SELECTABLE_DEPTH: u8 = 4;
+
+/// Decodes the part of a stored object's JSON that label and field selectors read: every
+/// object or array nested deeper than [`field_value`] and label matching ever look is
+/// skipped without being built (it becomes `null`). Watches with selectors test every
+/// event this way, so a pod's containers, volumes and managedFields are not allocated
+/// for each of them.
+pub fn selectable_view(json: &[u8]) -> Result<Value, serde_json::Error> {
+    use serde::de::DeserializeSeed;
+    let mut deserializer = serde_json::Deserializer::from_slice(json);
+    let value = Shallow(SELECTABLE_DEPTH).deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(value)
+}
+
+/// A `Value` decoder that keeps containers down to `.0` more levels and skips the rest.
+#[derive(Clone, Copy)]
+struct Shallow(u8);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Shallow {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Shallow {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        serde::de::DeserializeSeed::deserialize(self, deserializer)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let Some(inner) = self.0.checked_sub(1) else {
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            return Ok(Value::Null);
+        };
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(Shallow(inner))? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let Some(inner) = self.0.checked_sub(1) else {
+            while map
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {}
+            return Ok(Value::Null);
+        };
+        let mut members = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(Shallow(inner))?;
+            members.insert(key, value);
+        }
+        Ok(Value::Object(members))
+    }
+}
+
 /// The value of a selectable field of a stored (JSON, external-version) object, as the
 /// resource's registry computes it for field-selector matching (`GetAttrs`). `None` means
 /// the field is not part of the resource's field set, which matches like "".
@@ -1743,6 +1844,53 @@ fn event_field(object: &Value, field: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn selectable_view_keeps_what_selectors_read_and_skips_the_rest() {
+        let pod = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "web", "namespace": "default", "labels": {"app": "web", "tier": "front"},
+                "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {"f:containers": {}}}}]
+            },
+            "spec": {
+                "nodeName": "n1", "hostNetwork": true, "schedulerName": "default-scheduler",
+                "containers": [{"name": "c", "image": "nginx", "env": [{"name": "A", "value": "1"}]}]
+            },
+            "status": {"phase": "Running", "podIPs": [{"ip": "10.42.0.7"}]}
+        });
+        let bytes = serde_json::to_vec(&pod).expect("encoding the pod");
+        let view = selectable_view(&bytes).expect("a view of valid JSON");
+        for field in [
+            "metadata.name",
+            "metadata.namespace",
+            "spec.nodeName",
+            "spec.hostNetwork",
+            "spec.schedulerName",
+            "status.phase",
+            "status.podIP",
+            "spec.restartPolicy",
+        ] {
+            assert_eq!(
+                field_value("pods", &view, field),
+                field_value("pods", &pod, field),
+                "{field}"
+            );
+        }
+        assert_eq!(
+            field_value("pods", &view, "status.podIP").as_deref(),
+            Some("10.42.0.7")
+        );
+        assert_eq!(view["metadata"]["labels"], pod["metadata"]["labels"]);
+        let selector = LabelSelector::parse("app=web,tier in (front)").expect("a selector");
+        assert!(selector.matches_json(view["metadata"]["labels"].as_object()));
+        // Deeper containers are skipped, not decoded.
+        assert_eq!(view["spec"]["containers"][0]["image"], "nginx");
+        assert!(view["spec"]["containers"][0]["env"].is_null());
+        assert!(view["metadata"]["managedFields"][0]["fieldsV1"].is_null());
+        assert!(selectable_view(b"{\"a\":1} trailing").is_err());
+    }
     use serde_json::json;
 
     fn set(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

@@ -59,6 +59,10 @@ pub struct CacheEvent {
     pub bytes: Bytes,
     /// The object before the change, if any (lets selector watches notice objects leaving).
     pub prev: Option<Bytes>,
+    /// The watch-stream line of this event as its own kind
+    /// (`{"type":"ADDED","object":…}` and a newline), built once and shared by every
+    /// watcher that sees it so; `bytes` is a slice of it.
+    pub line: Bytes,
     pub revision: i64,
 }
 
@@ -99,7 +103,8 @@ pub enum SubscribeError {
 /// the cost (this runs for every write and every cached event). Anything the splice
 /// does not understand takes the decode/re-encode path.
 pub fn with_resource_version(value: &[u8], revision: i64) -> Bytes {
-    if let Some(spliced) = splice_resource_version(value, revision) {
+    let mut spliced = Vec::new();
+    if splice_resource_version(value, revision, &mut spliced).is_some() {
         return Bytes::from(spliced);
     }
     match serde_json::from_slice::<serde_json::Value>(value) {
@@ -114,6 +119,24 @@ pub fn with_resource_version(value: &[u8], revision: i64) -> Bytes {
         }
         Err(_) => Bytes::copy_from_slice(value),
     }
+}
+
+/// The watch line of an event of type `kind` carrying `value` with its resourceVersion
+/// set (as [`with_resource_version`]), and the object's bytes as a slice of that line:
+/// one allocation serves the cache, the history and every watcher's stream.
+pub fn watch_line_with_resource_version(kind: &str, value: &[u8], revision: i64) -> (Bytes, Bytes) {
+    let mut line = Vec::with_capacity(value.len() + kind.len() + 64);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    let start = line.len();
+    if splice_resource_version(value, revision, &mut line).is_none() {
+        line.extend_from_slice(&with_resource_version(value, revision));
+    }
+    let end = line.len();
+    line.extend_from_slice(b"}\n");
+    let line = Bytes::from(line);
+    (line.slice(start..end), line)
 }
 
 /// A minimal scanner over compact JSON: just enough to find the top-level
@@ -194,9 +217,10 @@ impl Scanner<'_> {
     }
 }
 
-/// `value` with `metadata.resourceVersion` set to `revision`, by splicing bytes;
-/// `None` unless `value` is a compact JSON object with a `metadata` object.
-fn splice_resource_version(value: &[u8], revision: i64) -> Option<Vec<u8>> {
+/// Appends `value` with `metadata.resourceVersion` set to `revision` to `out`, by
+/// splicing bytes; `None` (and nothing appended) unless `value` is a compact JSON object
+/// with a `metadata` object.
+fn splice_resource_version(value: &[u8], revision: i64, out: &mut Vec<u8>) -> Option<()> {
     const KEY: &[u8] = b"resourceVersion";
     let mut scan = Scanner {
         bytes: value,
@@ -247,7 +271,7 @@ fn splice_resource_version(value: &[u8], revision: i64) -> Option<Vec<u8>> {
         }
     };
     let digits = revision.to_string();
-    let mut out = Vec::with_capacity(value.len() + KEY.len() + digits.len() + 8);
+    out.reserve(value.len() + KEY.len() + digits.len() + 8);
     out.extend_from_slice(&value[..cut_start]);
     if leading_comma {
         out.push(b',');
@@ -259,7 +283,7 @@ fn splice_resource_version(value: &[u8], revision: i64) -> Option<Vec<u8>> {
         out.push(b',');
     }
     out.extend_from_slice(&value[cut_end..]);
-    Some(out)
+    Some(())
 }
 
 impl WatchCache {
@@ -372,22 +396,35 @@ impl WatchCache {
         // The previous state is usually the cached object itself: share its bytes
         // (one copy of each version between the map and the history) rather than
         // rebuilding them from the store's `prev_kv`.
-        let (kind, raw_key, bytes, prev_kv, revision) = match event {
+        let (kind, raw_key, bytes, line, prev_kv, revision) = match event {
             Event::Put { kv, prev_kv } => {
                 let kind = if prev_kv.is_some() {
                     EventType::Modified
                 } else {
                     EventType::Added
                 };
-                let bytes = with_resource_version(&kv.value, kv.mod_revision);
-                (kind, &kv.key, bytes, prev_kv.as_ref(), kv.mod_revision)
+                let (bytes, line) =
+                    watch_line_with_resource_version(kind.as_str(), &kv.value, kv.mod_revision);
+                (
+                    kind,
+                    &kv.key,
+                    bytes,
+                    line,
+                    prev_kv.as_ref(),
+                    kv.mod_revision,
+                )
             }
             Event::Delete { prev_kv, revision } => {
-                let bytes = with_resource_version(&prev_kv.value, *revision);
+                let (bytes, line) = watch_line_with_resource_version(
+                    EventType::Deleted.as_str(),
+                    &prev_kv.value,
+                    *revision,
+                );
                 (
                     EventType::Deleted,
                     &prev_kv.key,
                     bytes,
+                    line,
                     Some(prev_kv),
                     *revision,
                 )
@@ -409,6 +446,7 @@ impl WatchCache {
             key: key.clone(),
             bytes: bytes.clone(),
             prev,
+            line,
             revision,
         });
         match kind {
@@ -560,7 +598,8 @@ mod tests {
         for object in objects {
             let bytes = serde_json::to_vec(&object).expect("encodes");
             for revision in [1, 42, 1_000_000_007] {
-                let spliced = splice_resource_version(&bytes, revision)
+                let mut spliced = Vec::new();
+                splice_resource_version(&bytes, revision, &mut spliced)
                     .unwrap_or_else(|| panic!("splice understood {object}"));
                 assert_eq!(
                     String::from_utf8_lossy(&spliced),
@@ -683,7 +722,13 @@ mod tests {
             br#"[1,2]"#,
             b"",
         ] {
-            assert_eq!(splice_resource_version(input, 7), None, "{input:?}");
+            let mut out = Vec::new();
+            assert_eq!(
+                splice_resource_version(input, 7, &mut out),
+                None,
+                "{input:?}"
+            );
+            assert!(out.is_empty(), "nothing appended for {input:?}");
         }
         // The public function still gives the same answer as before for them.
         assert_eq!(
@@ -695,5 +740,42 @@ mod tests {
             br#"{"metadata":{"name":"x","resourceVersion":"7"}}"#
         );
         assert_eq!(&with_resource_version(b"not json", 7)[..], b"not json");
+    }
+
+    #[test]
+    fn events_carry_their_watch_line_around_the_cached_bytes() {
+        let cache = WatchCache::empty();
+        let key = "/registry/configmaps/default/a";
+        let mut events = cache.events.subscribe();
+        let v1 = kv(
+            key,
+            json!({"metadata": {"name": "a"}, "data": {"k": "v"}}),
+            2,
+        );
+        cache.apply(&Event::Put {
+            kv: v1.clone(),
+            prev_kv: None,
+        });
+        cache.apply(&Event::Delete {
+            prev_kv: v1,
+            revision: 3,
+        });
+        for (kind, revision) in [("ADDED", 2), ("DELETED", 3)] {
+            let event = events.try_recv().expect("an event per change");
+            let object =
+                with_resource_version(br#"{"data":{"k":"v"},"metadata":{"name":"a"}}"#, revision);
+            assert_eq!(&event.bytes[..], &object[..]);
+            let mut line = format!("{{\"type\":\"{kind}\",\"object\":").into_bytes();
+            line.extend_from_slice(&object);
+            line.extend_from_slice(b"}\n");
+            assert_eq!(
+                String::from_utf8_lossy(&event.line),
+                String::from_utf8_lossy(&line)
+            );
+        }
+        // Objects the splice does not understand are framed the same way.
+        let (object, line) = watch_line_with_resource_version("MODIFIED", b"not json", 4);
+        assert_eq!(&object[..], b"not json");
+        assert_eq!(&line[..], b"{\"type\":\"MODIFIED\",\"object\":not json}\n");
     }
 }
