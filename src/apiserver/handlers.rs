@@ -540,12 +540,9 @@ fn apply_limit(items: &mut Vec<(String, Bytes)>, limit: Option<usize>, more: &mu
 // ---------------------------------------------------------------- WATCH
 
 fn watch_line(kind: &str, object: &[u8]) -> Bytes {
-    let mut line = Vec::with_capacity(object.len() + 32);
-    line.extend_from_slice(b"{\"type\":\"");
-    line.extend_from_slice(kind.as_bytes());
-    line.extend_from_slice(b"\",\"object\":");
+    let mut line = super::watchcache::open_watch_line(kind, object.len());
     line.extend_from_slice(object);
-    line.extend_from_slice(b"}\n");
+    super::watchcache::close_watch_line(&mut line);
     Bytes::from(line)
 }
 
@@ -842,9 +839,7 @@ fn to_stored(object: &Value) -> Vec<u8> {
         return serde_json::to_vec(object).unwrap_or_default();
     }
     let mut copy = object.clone();
-    if let Some(meta) = copy.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("resourceVersion");
-    }
+    remove_resource_version(&mut copy);
     serde_json::to_vec(&copy).unwrap_or_default()
 }
 

@@ -121,20 +121,33 @@ pub fn with_resource_version(value: &[u8], revision: i64) -> Bytes {
     }
 }
 
+/// The start of a watch-stream line, `{"type":"<kind>","object":`, with room for an
+/// object of `object_len` bytes; [`close_watch_line`] ends it. The one place that frames
+/// watch events, for the cache's shared lines and the handlers' per-watcher ones alike.
+pub fn open_watch_line(kind: &str, object_len: usize) -> Vec<u8> {
+    let mut line = Vec::with_capacity(object_len + kind.len() + 24);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line
+}
+
+/// Ends a line begun by [`open_watch_line`].
+pub fn close_watch_line(line: &mut Vec<u8>) {
+    line.extend_from_slice(b"}\n");
+}
+
 /// The watch line of an event of type `kind` carrying `value` with its resourceVersion
 /// set (as [`with_resource_version`]), and the object's bytes as a slice of that line:
 /// one allocation serves the cache, the history and every watcher's stream.
 pub fn watch_line_with_resource_version(kind: &str, value: &[u8], revision: i64) -> (Bytes, Bytes) {
-    let mut line = Vec::with_capacity(value.len() + kind.len() + 64);
-    line.extend_from_slice(b"{\"type\":\"");
-    line.extend_from_slice(kind.as_bytes());
-    line.extend_from_slice(b"\",\"object\":");
+    let mut line = open_watch_line(kind, value.len() + 32);
     let start = line.len();
     if splice_resource_version(value, revision, &mut line).is_none() {
         line.extend_from_slice(&with_resource_version(value, revision));
     }
     let end = line.len();
-    line.extend_from_slice(b"}\n");
+    close_watch_line(&mut line);
     let line = Bytes::from(line);
     (line.slice(start..end), line)
 }
