@@ -4,16 +4,16 @@
 
 use std::process::ExitCode;
 
-/// The static (musl) release build allocates through mimalloc: musl's malloc takes one global
-/// lock and made the API server several times slower under load. glibc builds keep glibc's.
-#[cfg(target_env = "musl")]
+/// k3rs allocates through mimalloc. musl's malloc takes one global lock and made the API
+/// server several times slower under load; glibc's spent a quarter of the server's CPU time
+/// in `malloc`/`free` while the scheduler bench bound pods (`perf`), and keeps freed memory
+/// in per-thread arenas.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// mimalloc's defaults keep freed memory committed for a while and commit whole arenas up
 /// front: the agent idled at 31 MB and held 94 MB with 50 pods (musl's malloc: 16 and 34).
 /// Purging at once and committing on demand brought it to 17 and 39 MB in the kubelet bench.
-#[cfg(target_env = "musl")]
 fn tune_allocator() {
     use std::ffi::{c_int, c_long};
     // mimalloc 3's `mi_option_t` numbering (libmimalloc-sys 0.1.49, pinned by Cargo.lock).
@@ -36,7 +36,6 @@ use k3rs::cli::{
 };
 
 fn main() -> ExitCode {
-    #[cfg(target_env = "musl")]
     tune_allocator();
     // Installed as a `kubectl` symlink (install.sh does that when no kubectl exists):
     // behave as `k3rs kubectl`.
