@@ -41,6 +41,13 @@ where
     store
 }
 
+/// Clears `metadata.managedFields`, which no controller reads: as `serde_json::Value` trees
+/// (a B-tree node of several hundred bytes per map) they were most of a cached Pod's heap,
+/// about 13 KB of the 25 KB each Pod cost the replica controllers' cache.
+pub fn drop_managed_fields<K: kube::Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
 type Subscribers<K> = Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>>;
 
 /// One watch of `K` shared by several consumers: a cache ([`Shared::store`]) and, for each
@@ -82,8 +89,14 @@ where
 {
     /// Starts the watch (retried with back-off; errors logged at debug level under
     /// `component`). The watch task lives as long as the runtime, like the controllers
-    /// that use it.
-    pub fn spawn(api: kube::Api<K>, config: watcher::Config, component: &'static str) -> Self {
+    /// that use it. Every object passes through `prune` before it is cached or sent, so
+    /// the cache holds only what its consumers read (see [`drop_managed_fields`]).
+    pub fn spawn(
+        api: kube::Api<K>,
+        config: watcher::Config,
+        component: &'static str,
+        prune: fn(&mut K),
+    ) -> Self {
         let (store, mut writer) = reflector::store();
         let subscribers: Subscribers<K> = Arc::default();
         let (ready_tx, ready) = watch::channel(false);
@@ -96,7 +109,7 @@ where
             let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
             while let Some(event) = stream.next().await {
                 let event = match event {
-                    Ok(event) => event,
+                    Ok(event) => event.modify(prune),
                     Err(e) => {
                         tracing::debug!(error = %e, component, "watch error (retrying)");
                         continue;

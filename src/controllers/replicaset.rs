@@ -104,7 +104,21 @@ pub fn pod_informer(client: &kube::Client) -> PodInformer {
         Api::all(client.clone()),
         watcher::Config::default(),
         "replica-controllers",
+        prune_pod,
     )
+}
+
+/// Keeps of a cached pod only what the replica loops read: metadata without managed
+/// fields, `spec.nodeName` and the status. The containers, volumes and managed fields
+/// of 10,000 cached pods were 250 MB of the server's heap.
+fn prune_pod(pod: &mut Pod) {
+    crate::informer::drop_managed_fields(pod);
+    if let Some(spec) = pod.spec.as_mut() {
+        *spec = k8s_openapi::api::core::v1::PodSpec {
+            node_name: spec.node_name.take(),
+            ..Default::default()
+        };
+    }
 }
 
 struct Context {
