@@ -19,6 +19,7 @@
 pub mod apply;
 pub mod model;
 pub mod render;
+pub mod table;
 
 use std::net::IpAddr;
 use std::sync::Arc;
