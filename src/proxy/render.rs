@@ -209,15 +209,9 @@ impl Ruleset {
     /// The full text that replaces the table atomically: create (so that delete cannot fail
     /// on a missing table), delete, then define everything.
     pub fn full_text(&self) -> String {
-        let (family, table) = (self.family.nft(), &self.table);
         let mut out = String::with_capacity(self.chains.len() * 160);
-        let _ = writeln!(out, "add table {family} {table}");
-        let _ = writeln!(out, "delete table {family} {table}");
-        let _ = writeln!(
-            out,
-            "add table {family} {table} {{ comment \"rules for Kubernetes Services, owned by k3rs\"; }}"
-        );
-        self.write_additions(&mut out, &Ruleset::empty(self.family, table));
+        write_replace_header(&mut out, self.family, &self.table);
+        self.write_additions(&mut out, &Ruleset::empty(self.family, &self.table));
         out
     }
 
@@ -234,25 +228,13 @@ impl Ruleset {
     fn write_additions(&self, out: &mut String, old: &Ruleset) {
         let (family, table) = (self.family.nft(), &self.table);
         for (name, chain) in &self.chains {
-            if old.chains.contains_key(name) {
-                continue;
-            }
-            match &chain.hook {
-                Some(hook) => {
-                    let _ = writeln!(out, "add chain {family} {table} {name} {{ {hook} }}");
-                }
-                None => {
-                    let _ = writeln!(out, "add chain {family} {table} {name}");
-                }
+            if !old.chains.contains_key(name) {
+                write_chain_decl(out, self.family, table, name, chain);
             }
         }
         for (name, set) in &self.sets {
             if !old.sets.contains_key(name) {
-                let _ = writeln!(
-                    out,
-                    "add {} {family} {table} {name} {{ {} }}",
-                    set.kind, set.decl
-                );
+                write_set_decl(out, self.family, table, name, set);
             }
         }
         for (name, chain) in &self.chains {
@@ -263,45 +245,34 @@ impl Ruleset {
                 }
                 None => {}
             }
-            for rule in &chain.rules {
-                let _ = writeln!(out, "add rule {family} {table} {name} {rule}");
-            }
+            write_rules(out, self.family, table, name, chain);
         }
         for (name, set) in &self.sets {
             let previous = old.sets.get(name).map(|s| &s.elements);
-            let mut removed = Vec::new();
-            let mut added = Vec::new();
-            if let Some(previous) = previous {
-                for (key, value) in previous {
-                    match set.elements.get(key) {
-                        Some(v) if v == value => {}
-                        _ => removed.push(key.as_str()),
-                    }
-                }
-            }
-            for (key, value) in &set.elements {
-                if previous.and_then(|p| p.get(key)) != Some(value) {
-                    added.push(if value.is_empty() {
-                        key.clone()
-                    } else {
-                        format!("{key} : {value}")
-                    });
-                }
-            }
-            for chunk in removed.chunks(1000) {
-                let _ = writeln!(
-                    out,
-                    "delete element {family} {table} {name} {{ {} }}",
-                    chunk.join(", ")
-                );
-            }
-            for chunk in added.chunks(1000) {
-                let _ = writeln!(
-                    out,
-                    "add element {family} {table} {name} {{ {} }}",
-                    chunk.join(", ")
-                );
-            }
+            let removed = previous
+                .into_iter()
+                .flatten()
+                .filter(|(key, value)| set.elements.get(*key) != Some(*value));
+            write_elements(
+                out,
+                "delete",
+                self.family,
+                table,
+                name,
+                removed.map(|(key, _)| (key.as_str(), "")),
+            );
+            let added = set
+                .elements
+                .iter()
+                .filter(|(key, value)| previous.and_then(|p| p.get(*key)) != Some(*value));
+            write_elements(
+                out,
+                "add",
+                self.family,
+                table,
+                name,
+                added.map(|(key, value)| (key.as_str(), value.as_str())),
+            );
         }
     }
 
@@ -330,6 +301,89 @@ impl Ruleset {
             let _ = writeln!(out, "delete chain {family} {table} {name}");
         }
         out
+    }
+}
+
+/// The start of a full replacement: create (so that delete cannot fail on a missing
+/// table), delete, create again.
+pub(super) fn write_replace_header(out: &mut String, family: Family, table: &str) {
+    let family = family.nft();
+    let _ = writeln!(out, "add table {family} {table}");
+    let _ = writeln!(out, "delete table {family} {table}");
+    let _ = writeln!(
+        out,
+        "add table {family} {table} {{ comment \"rules for Kubernetes Services, owned by k3rs\"; }}"
+    );
+}
+
+pub(super) fn write_chain_decl(
+    out: &mut String,
+    family: Family,
+    table: &str,
+    name: &str,
+    chain: &Chain,
+) {
+    let family = family.nft();
+    let _ = match &chain.hook {
+        Some(hook) => writeln!(out, "add chain {family} {table} {name} {{ {hook} }}"),
+        None => writeln!(out, "add chain {family} {table} {name}"),
+    };
+}
+
+pub(super) fn write_set_decl(out: &mut String, family: Family, table: &str, name: &str, set: &Set) {
+    let _ = writeln!(
+        out,
+        "add {} {} {table} {name} {{ {} }}",
+        set.kind,
+        family.nft(),
+        set.decl
+    );
+}
+
+pub(super) fn write_rules(
+    out: &mut String,
+    family: Family,
+    table: &str,
+    name: &str,
+    chain: &Chain,
+) {
+    let family = family.nft();
+    for rule in &chain.rules {
+        let _ = writeln!(out, "add rule {family} {table} {name} {rule}");
+    }
+}
+
+/// `add element` / `delete element` lines for (key, value) pairs (value empty for sets
+/// and deletions), 1,000 elements a line.
+pub(super) fn write_elements<'a>(
+    out: &mut String,
+    verb: &str,
+    family: Family,
+    table: &str,
+    name: &str,
+    elements: impl Iterator<Item = (&'a str, &'a str)>,
+) {
+    let family = family.nft();
+    let mut in_line = 0;
+    for (key, value) in elements {
+        if in_line == 0 {
+            let _ = write!(out, "{verb} element {family} {table} {name} {{ ");
+        } else {
+            out.push_str(", ");
+        }
+        out.push_str(key);
+        if !value.is_empty() {
+            out.push_str(" : ");
+            out.push_str(value);
+        }
+        in_line += 1;
+        if in_line == 1000 {
+            out.push_str(" }\n");
+            in_line = 0;
+        }
+    }
+    if in_line > 0 {
+        out.push_str(" }\n");
     }
 }
 

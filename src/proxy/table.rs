@@ -14,6 +14,7 @@ use std::sync::Arc;
 use super::model::ServicePort;
 use super::render::{
     Family, Fragment, RenderOptions, Ruleset, SharedElement, render_base, render_port,
+    write_chain_decl, write_elements, write_replace_header, write_rules, write_set_decl,
 };
 
 /// The owner of the table's fixed part: sorts before every port id (never empty).
@@ -110,9 +111,41 @@ impl TableState {
         rs
     }
 
-    /// The text that replaces the table with this state.
+    /// The text that replaces the table with this state: what [`Ruleset::full_text`] of
+    /// [`TableState::to_ruleset`] says, written owner by owner without assembling it.
     pub fn full_text(&self) -> String {
-        self.to_ruleset().full_text()
+        let (family, table) = (self.family, self.options.table.as_str());
+        let owners = || std::iter::once(&self.base).chain(self.ports.values());
+        let mut out = String::with_capacity(128 * 1024 + self.ports.len() * 1024);
+        write_replace_header(&mut out, family, table);
+        for (name, chain) in owners().flat_map(|f| &f.chains) {
+            write_chain_decl(&mut out, family, table, name, chain);
+        }
+        for (name, set) in owners().flat_map(|f| &f.sets) {
+            write_set_decl(&mut out, family, table, name, set);
+        }
+        for (name, chain) in owners().flat_map(|f| &f.chains) {
+            write_rules(&mut out, family, table, name, chain);
+        }
+        for (name, set) in owners().flat_map(|f| &f.sets) {
+            let elements = set.elements.iter();
+            write_elements(
+                &mut out,
+                "add",
+                family,
+                table,
+                name,
+                elements.map(|(k, v)| (k.as_str(), v.as_str())),
+            );
+        }
+        for (name, elements) in &self.shared {
+            let resolved = elements.iter().filter_map(|(key, contributions)| {
+                let (_, value) = contributions.last()?;
+                Some((key.as_str(), value.as_str()))
+            });
+            write_elements(&mut out, "add", family, table, name, resolved);
+        }
+        out
     }
 
     /// Moves the state to `options` and the port `changes`, returning the text that takes
