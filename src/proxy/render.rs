@@ -1,23 +1,29 @@
 //! The pure renderer: service ports + node addresses → the nftables objects of one
 //! `ip k3rs` / `ip6 k3rs` table, laid out like kube-proxy's nftables mode, and the text
 //! that `nft -f -` applies: a full replacement, or the difference between two rulesets.
+//! It renders per owner — the table's fixed part ([`render_base`]) and each Service port
+//! ([`render_port`]) — so that [`super::table`] can re-render only what changed.
 //!
 //! Layout (one table per family):
 //! - base chains `filter-{input,forward,output}` (priority -110, before DNAT) jump to
 //!   `service-endpoints-check` / `nodeport-endpoints-check`, which look the destination up
 //!   in the `no-endpoint-services` / `no-endpoint-nodeports` verdict maps (reject or drop);
-//! - `nat-{prerouting,output}` jump to `services`, which looks `daddr . l4proto . dport` up
-//!   in `service-ips` and `l4proto . dport` (for `daddr` in `nodeport-ips`) in
-//!   `service-nodeports`;
-//! - per Service port a `service-…` chain (masquerade sources outside `cluster-cidrs`,
-//!   session affinity, the endpoint pick), an `external-…` chain for NodePort /
-//!   LoadBalancer / external IP traffic (masquerade when the policy is Cluster), a `local-…`
-//!   chain over this node's endpoints for the Local policies;
+//! - `nat-{prerouting,output}` jump to `services`, which first decides masquerading by
+//!   destination (`service-masquerade`: a ClusterIP → `jump masquerade-off-cluster`, which
+//!   marks sources outside `cluster-cidrs`; an external address of a Cluster-policy
+//!   Service → `jump mark-for-masquerade`; `nodeport-masquerade` likewise for NodePorts),
+//!   then looks `daddr . l4proto . dport` up in `service-ips` and `l4proto . dport` (for
+//!   `daddr` in `nodeport-ips`) in `service-nodeports`;
+//! - per Service port a `service-…` chain (session affinity, the endpoint pick) that
+//!   ClusterIP traffic and Cluster-policy external traffic go to, an `external-…` chain
+//!   only for the Local external policy, a `local-…` chain over this node's endpoints for
+//!   the Local policies;
 //! - the pick is `numgen random mod N` looked up in the balancing chain's own named map
-//!   (`<chain>-endpoints`, `i : addr . port`, DNAT straight from it: no chain per endpoint,
-//!   and no anonymous maps, which make the kernel walk the whole transaction once each);
-//!   with session affinity an `endpoint-…` chain per endpoint instead (the affinity set
-//!   update, then DNAT), picked from `<chain>-endpoint-chains` (`i : goto endpoint-…`);
+//!   (`service-<hash>-endpoints`, `i : addr . port`, DNAT straight from it: no chain per
+//!   endpoint, and no anonymous maps, which make the kernel walk the whole transaction once
+//!   each); with session affinity an `endpoint-…` chain per endpoint instead (the affinity
+//!   set update, then DNAT), picked from `service-<hash>-endpoint-chains`
+//!   (`i : goto endpoint-…`);
 //! - `nat-postrouting` marks hairpin flows (`saddr . daddr` in `hairpin-endpoints`), then
 //!   `masquerading` masquerades packets carrying the 0x4000 mark.
 
