@@ -377,13 +377,6 @@ impl Syncer {
         Ok(kind)
     }
 
-    /// The full text of what the cached state says the kernel holds (all families), or
-    /// None when a full sync is due.
-    pub fn cached_text(&self) -> Option<String> {
-        let tables = self.tables.as_ref()?;
-        Some(tables.iter().map(TableState::full_text).collect())
-    }
-
     /// Records what the kernel holds now, for [`Syncer::drifted`]. Listing a big table
     /// costs `nft` about as much as loading it, so the caller does this once changes
     /// settle, not after every sync. `Ok(false)` when a table the last sync applied is
@@ -462,5 +455,96 @@ pub fn next_sync_delay(last: Option<Instant>, min_interval: Duration, now: Insta
     match last {
         Some(last) => (last + min_interval).saturating_duration_since(now),
         None => Duration::ZERO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::model::Endpoint;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().expect("ip")
+    }
+
+    fn udp_port(name: &str, cluster_ip: &str, endpoints: &[&str]) -> ServicePort {
+        ServicePort {
+            namespace: "ns".into(),
+            name: name.into(),
+            port_name: String::new(),
+            protocol: Protocol::Udp,
+            cluster_ips: vec![ip(cluster_ip)],
+            port: 53,
+            node_port: None,
+            load_balancer_ips: vec![],
+            external_ips: vec![],
+            affinity_timeout: None,
+            external_local: false,
+            internal_local: false,
+            endpoints: endpoints
+                .iter()
+                .map(|e| Endpoint {
+                    ip: ip(e),
+                    port: 5353,
+                    local: true,
+                    ready: true,
+                    serving: true,
+                    terminating: false,
+                })
+                .collect(),
+        }
+    }
+
+    /// Runs one sync's worth of UDP bookkeeping from `applied` to `ports`.
+    fn step(
+        tracker: &mut UdpTracker,
+        applied: &mut BTreeMap<String, ServicePort>,
+        ports: &[ServicePort],
+    ) -> (Vec<UdpFlow>, Vec<UdpAddress>) {
+        let changes = port_changes(applied, ports);
+        let result = tracker.update(&changes);
+        *applied = ports.iter().map(|p| (p.id(), p.clone())).collect();
+        result
+    }
+
+    #[test]
+    fn udp_clean_up_follows_only_the_changed_ports() {
+        let (mut tracker, mut applied) = (UdpTracker::default(), BTreeMap::new());
+        let vip = Some(ip("10.43.0.10"));
+        // The first endpoint of a Service: its cached rejects go.
+        let mut ports = vec![udp_port("dns", "10.43.0.10", &["10.42.0.5", "10.42.0.6"])];
+        assert_eq!(
+            step(&mut tracker, &mut applied, &ports),
+            (vec![], vec![(vip, 53)])
+        );
+        // Unchanged: nothing to do. One endpoint removed: only its flows go.
+        assert_eq!(step(&mut tracker, &mut applied, &ports), (vec![], vec![]));
+        ports[0].endpoints.remove(0);
+        assert_eq!(
+            step(&mut tracker, &mut applied, &ports),
+            (vec![(vip, 53, ip("10.42.0.5"))], vec![])
+        );
+        // A TCP port is not tracked; a Service losing all endpoints and getting one back
+        // counts as a first endpoint again.
+        let mut tcp = udp_port("web", "10.43.0.11", &["10.42.0.7"]);
+        tcp.protocol = Protocol::Tcp;
+        ports.push(tcp);
+        assert_eq!(step(&mut tracker, &mut applied, &ports), (vec![], vec![]));
+        ports[0].endpoints.clear();
+        assert_eq!(
+            step(&mut tracker, &mut applied, &ports),
+            (vec![(vip, 53, ip("10.42.0.6"))], vec![])
+        );
+        ports[0] = udp_port("dns", "10.43.0.10", &["10.42.0.8"]);
+        assert_eq!(
+            step(&mut tracker, &mut applied, &ports),
+            (vec![], vec![(vip, 53)])
+        );
+        ports.clear();
+        assert_eq!(
+            step(&mut tracker, &mut applied, &ports),
+            (vec![(vip, 53, ip("10.42.0.8"))], vec![])
+        );
+        assert!(tracker.flows.is_empty() && tracker.with_endpoints.is_empty());
     }
 }
