@@ -13,7 +13,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
 use super::model::{Protocol, ServicePort};
-use super::render::{Family, RenderOptions, Ruleset, render};
+use super::render::{Family, RenderOptions};
+use super::table::{Changes, TableState, port_changes};
 
 /// Why a sync failed.
 #[derive(Debug, thiserror::Error)]
@@ -155,6 +156,8 @@ impl Host {
 /// A UDP flow key whose conntrack entries must go when its endpoint goes:
 /// (service-side address or None for a NodePort, service port, endpoint address).
 type UdpFlow = (Option<IpAddr>, u16, IpAddr);
+/// A UDP service address: (service-side address or None for a NodePort, service port).
+type UdpAddress = (Option<IpAddr>, u16);
 
 /// What one sync did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,16 +170,112 @@ pub enum SyncKind {
     Partial,
 }
 
-/// Keeps what was applied, so the next sync can be partial.
+/// Keeps what was applied, so the next sync can be partial and cost what changed.
 #[derive(Debug)]
 pub struct Syncer {
     pub host: Host,
     pub options: RenderOptions,
     pub families: Vec<Family>,
-    applied: BTreeMap<Family, Ruleset>,
+    /// The model of the last successful sync, by port id.
+    ports: BTreeMap<String, ServicePort>,
+    /// What the kernel holds, one per family; `None` when unknown (never synced, or the
+    /// last apply failed): the next sync replaces the tables.
+    tables: Option<Vec<TableState>>,
     fingerprints: BTreeMap<Family, String>,
-    udp_flows: BTreeSet<UdpFlow>,
-    udp_services_with_endpoints: BTreeSet<(Option<IpAddr>, u16)>,
+    udp: UdpTracker,
+}
+
+/// The UDP flows the applied model implies, counted per port so that a sync only looks at
+/// the ports that changed.
+#[derive(Debug, Default)]
+struct UdpTracker {
+    by_port: BTreeMap<String, (Vec<UdpFlow>, Vec<UdpAddress>)>,
+    flows: BTreeMap<UdpFlow, u32>,
+    with_endpoints: BTreeMap<UdpAddress, u32>,
+}
+
+impl UdpTracker {
+    /// The flows and served addresses of one port (nothing unless UDP).
+    fn contribution(port: &ServicePort) -> (Vec<UdpFlow>, Vec<UdpAddress>) {
+        let (mut flows, mut with_endpoints) = (Vec::new(), Vec::new());
+        if port.protocol != Protocol::Udp {
+            return (flows, with_endpoints);
+        }
+        let endpoints = port.cluster_endpoints();
+        if endpoints.is_empty() {
+            return (flows, with_endpoints);
+        }
+        let addresses = port
+            .cluster_ips
+            .iter()
+            .chain(&port.load_balancer_ips)
+            .chain(&port.external_ips)
+            .map(|ip| (Some(*ip), port.port))
+            .chain(port.node_port.map(|p| (None, p)));
+        for (address, service_port) in addresses {
+            with_endpoints.push((address, service_port));
+            for endpoint in &endpoints {
+                flows.push((address, service_port, endpoint.ip));
+            }
+        }
+        (flows, with_endpoints)
+    }
+
+    /// Applies `changes`; returns the flows no port implies any more (their conntrack
+    /// entries point at removed endpoints) and the addresses that just got their first
+    /// endpoint (their entries cached the reject).
+    fn update(&mut self, changes: &Changes<'_>) -> (Vec<UdpFlow>, Vec<UdpAddress>) {
+        let mut touched_flows = BTreeSet::new();
+        let mut touched_addresses = BTreeMap::new();
+        for (id, port) in changes {
+            if let Some((flows, addresses)) = self.by_port.remove(id) {
+                for flow in flows {
+                    count_down(&mut self.flows, flow);
+                    touched_flows.insert(flow);
+                }
+                for address in addresses {
+                    touched_addresses
+                        .entry(address)
+                        .or_insert_with(|| self.with_endpoints.contains_key(&address));
+                    count_down(&mut self.with_endpoints, address);
+                }
+            }
+            let Some(port) = port else { continue };
+            let (flows, addresses) = UdpTracker::contribution(port);
+            if flows.is_empty() && addresses.is_empty() {
+                continue;
+            }
+            for flow in &flows {
+                *self.flows.entry(*flow).or_default() += 1;
+            }
+            for address in &addresses {
+                touched_addresses
+                    .entry(*address)
+                    .or_insert_with(|| self.with_endpoints.contains_key(address));
+                *self.with_endpoints.entry(*address).or_default() += 1;
+            }
+            self.by_port.insert(id.clone(), (flows, addresses));
+        }
+        let stale = touched_flows
+            .into_iter()
+            .filter(|flow| !self.flows.contains_key(flow))
+            .collect();
+        let fresh = touched_addresses
+            .into_iter()
+            .filter(|(address, before)| !before && self.with_endpoints.contains_key(address))
+            .map(|(address, _)| address)
+            .collect();
+        (stale, fresh)
+    }
+}
+
+fn count_down<K: Ord>(counts: &mut BTreeMap<K, u32>, key: K) {
+    if let Some(count) = counts.get_mut(&key) {
+        *count -= 1;
+        if *count == 0 {
+            counts.remove(&key);
+        }
+    }
 }
 
 /// Drops the parts of an `nft list table` listing that the kernel changes by itself (the
@@ -210,60 +309,71 @@ impl Syncer {
             host,
             options,
             families,
-            applied: BTreeMap::new(),
+            ports: BTreeMap::new(),
+            tables: None,
             fingerprints: BTreeMap::new(),
-            udp_flows: BTreeSet::new(),
-            udp_services_with_endpoints: BTreeSet::new(),
+            udp: UdpTracker::default(),
         }
     }
 
-    /// Renders `ports` and applies them: the whole tables when `full` or nothing is known
-    /// to be applied, else only the differences.
+    /// Applies `ports`: the whole tables, rendered from scratch, when `full` or the
+    /// kernel's state is unknown; else only what changed since the last sync (the changed
+    /// ports re-rendered, their chains' and maps' differences and the shared elements
+    /// they touch), in one `nft -f` transaction either way.
     pub async fn sync(
         &mut self,
         ports: &[ServicePort],
         full: bool,
     ) -> Result<SyncKind, ApplyError> {
         let started = Instant::now();
-        let rendered: Vec<Ruleset> = self
-            .families
-            .iter()
-            .map(|family| render(*family, ports, &self.options))
-            .collect();
-        let full = full
-            || rendered
-                .iter()
-                .any(|rs| !self.applied.contains_key(&rs.family));
+        let changes = port_changes(&self.ports, ports);
         let mut script = String::new();
-        for rs in &rendered {
-            if full {
-                script.push_str(&rs.full_text());
-            } else if let Some(old) = self.applied.get(&rs.family) {
-                script.push_str(&rs.diff_text(old));
+        let kind = match self.tables.as_mut().filter(|_| !full) {
+            Some(tables) => {
+                for table in tables.iter_mut() {
+                    script.push_str(&table.update(&self.options, &changes));
+                }
+                if script.is_empty() {
+                    SyncKind::Unchanged
+                } else {
+                    SyncKind::Partial
+                }
             }
-        }
-        let kind = if full {
-            SyncKind::Full
-        } else if script.is_empty() {
-            SyncKind::Unchanged
-        } else {
-            SyncKind::Partial
+            None => {
+                let tables: Vec<TableState> = self
+                    .families
+                    .iter()
+                    .map(|family| TableState::build(*family, &self.options, ports))
+                    .collect();
+                for table in &tables {
+                    script.push_str(&table.full_text());
+                }
+                self.tables = Some(tables);
+                SyncKind::Full
+            }
         };
         if !script.is_empty()
             && let Err(e) = self.host.nft(&script, false).await
         {
             // The kernel state is unknown now; the next sync replaces it.
-            self.applied.clear();
+            self.tables = None;
             return Err(e);
         }
-        for rs in rendered {
-            self.applied.insert(rs.family, rs);
-        }
         if kind != SyncKind::Unchanged {
-            tracing::debug!(?kind, elapsed = ?started.elapsed(), bytes = script.len(), "applied nftables rules");
+            tracing::debug!(?kind, elapsed = ?started.elapsed(), bytes = script.len(), changed_ports = changes.len(), "applied nftables rules");
             self.fingerprints.clear();
         }
-        self.clear_stale_udp(ports).await;
+        self.clear_stale_udp(&changes).await;
+        for (id, port) in changes {
+            match port {
+                Some(port) => {
+                    self.ports.insert(id, port.clone());
+                }
+                None => {
+                    self.ports.remove(&id);
+                }
+            }
+        }
         Ok(kind)
     }
 
@@ -306,33 +416,10 @@ impl Syncer {
     }
 
     /// Deletes UDP conntrack entries that point at endpoints no longer used, and entries
-    /// of UDP services that just got their first endpoint (they cached the reject).
-    async fn clear_stale_udp(&mut self, ports: &[ServicePort]) {
-        let mut flows = BTreeSet::new();
-        let mut with_endpoints = BTreeSet::new();
-        for port in ports.iter().filter(|p| p.protocol == Protocol::Udp) {
-            let endpoints = port.cluster_endpoints();
-            let addresses = port
-                .cluster_ips
-                .iter()
-                .chain(&port.load_balancer_ips)
-                .chain(&port.external_ips)
-                .map(|ip| (Some(*ip), port.port))
-                .chain(port.node_port.map(|p| (None, p)));
-            for (address, service_port) in addresses {
-                if !endpoints.is_empty() {
-                    with_endpoints.insert((address, service_port));
-                }
-                for endpoint in &endpoints {
-                    flows.insert((address, service_port, endpoint.ip));
-                }
-            }
-        }
-        let stale: Vec<UdpFlow> = self.udp_flows.difference(&flows).copied().collect();
-        let fresh: Vec<(Option<IpAddr>, u16)> = with_endpoints
-            .difference(&self.udp_services_with_endpoints)
-            .copied()
-            .collect();
+    /// of UDP services that just got their first endpoint (they cached the reject). Looks
+    /// only at the changed ports.
+    async fn clear_stale_udp(&mut self, changes: &Changes<'_>) {
+        let (stale, fresh) = self.udp.update(changes);
         for (address, port, endpoint) in stale {
             self.host
                 .conntrack_delete(&conntrack_args(address, port, Some(endpoint)))
@@ -343,8 +430,6 @@ impl Syncer {
                 .conntrack_delete(&conntrack_args(address, port, None))
                 .await;
         }
-        self.udp_flows = flows;
-        self.udp_services_with_endpoints = with_endpoints;
     }
 }
 
@@ -370,5 +455,96 @@ pub fn next_sync_delay(last: Option<Instant>, min_interval: Duration, now: Insta
     match last {
         Some(last) => (last + min_interval).saturating_duration_since(now),
         None => Duration::ZERO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::model::Endpoint;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().expect("ip")
+    }
+
+    fn udp_port(name: &str, cluster_ip: &str, endpoints: &[&str]) -> ServicePort {
+        ServicePort {
+            namespace: "ns".into(),
+            name: name.into(),
+            port_name: String::new(),
+            protocol: Protocol::Udp,
+            cluster_ips: vec![ip(cluster_ip)],
+            port: 53,
+            node_port: None,
+            load_balancer_ips: vec![],
+            external_ips: vec![],
+            affinity_timeout: None,
+            external_local: false,
+            internal_local: false,
+            endpoints: endpoints
+                .iter()
+                .map(|e| Endpoint {
+                    ip: ip(e),
+                    port: 5353,
+                    local: true,
+                    ready: true,
+                    serving: true,
+                    terminating: false,
+                })
+                .collect(),
+        }
+    }
+
+    /// Runs one sync's worth of UDP bookkeeping from `applied` to `ports`.
+    fn step(
+        tracker: &mut UdpTracker,
+        applied: &mut BTreeMap<String, ServicePort>,
+        ports: &[ServicePort],
+    ) -> (Vec<UdpFlow>, Vec<UdpAddress>) {
+        let changes = port_changes(applied, ports);
+        let result = tracker.update(&changes);
+        *applied = ports.iter().map(|p| (p.id(), p.clone())).collect();
+        result
+    }
+
+    #[test]
+    fn udp_clean_up_follows_only_the_changed_ports() {
+        let (mut tracker, mut applied) = (UdpTracker::default(), BTreeMap::new());
+        let vip = Some(ip("10.43.0.10"));
+        // The first endpoint of a Service: its cached rejects go.
+        let mut ports = vec![udp_port("dns", "10.43.0.10", &["10.42.0.5", "10.42.0.6"])];
+        assert_eq!(
+            step(&mut tracker, &mut applied, &ports),
+            (vec![], vec![(vip, 53)])
+        );
+        // Unchanged: nothing to do. One endpoint removed: only its flows go.
+        assert_eq!(step(&mut tracker, &mut applied, &ports), (vec![], vec![]));
+        ports[0].endpoints.remove(0);
+        assert_eq!(
+            step(&mut tracker, &mut applied, &ports),
+            (vec![(vip, 53, ip("10.42.0.5"))], vec![])
+        );
+        // A TCP port is not tracked; a Service losing all endpoints and getting one back
+        // counts as a first endpoint again.
+        let mut tcp = udp_port("web", "10.43.0.11", &["10.42.0.7"]);
+        tcp.protocol = Protocol::Tcp;
+        ports.push(tcp);
+        assert_eq!(step(&mut tracker, &mut applied, &ports), (vec![], vec![]));
+        ports[0].endpoints.clear();
+        assert_eq!(
+            step(&mut tracker, &mut applied, &ports),
+            (vec![(vip, 53, ip("10.42.0.6"))], vec![])
+        );
+        ports[0] = udp_port("dns", "10.43.0.10", &["10.42.0.8"]);
+        assert_eq!(
+            step(&mut tracker, &mut applied, &ports),
+            (vec![], vec![(vip, 53)])
+        );
+        ports.clear();
+        assert_eq!(
+            step(&mut tracker, &mut applied, &ports),
+            (vec![(vip, 53, ip("10.42.0.8"))], vec![])
+        );
+        assert!(tracker.flows.is_empty() && tracker.with_endpoints.is_empty());
     }
 }

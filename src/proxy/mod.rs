@@ -5,7 +5,9 @@
 //! - [`model`]: API objects → one `ServicePort` per Service port, with endpoint selection
 //!   (ready, else serving-terminating; local ones for the Local traffic policies).
 //! - [`render`]: pure; service ports + node addresses → the table's chains, sets and maps
-//!   (kube-proxy's nftables layout) and the text of a full or partial update.
+//!   (kube-proxy's nftables layout), per owner (the fixed part, each Service port).
+//! - [`table`]: pure; the per-owner cache of one table, which turns a changed model into
+//!   the text of a partial update that touches only the changed ports, or a full one.
 //! - [`apply`]: runs `nft`, detects hand edits, sets the bridge/forwarding sysctls, deletes
 //!   stale UDP conntrack entries.
 //! - [`run`]: the watch + sync loop: changes are coalesced (a minimum interval between syncs,
@@ -19,6 +21,7 @@
 pub mod apply;
 pub mod model;
 pub mod render;
+pub mod table;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -130,9 +133,7 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
     loop {
         let delay = apply::next_sync_delay(last_sync, config.min_sync_interval, Instant::now());
         tokio::time::sleep(delay).await;
-        let services: Vec<Service> = services.state().iter().map(|s| (**s).clone()).collect();
-        let slices: Vec<EndpointSlice> = slices.state().iter().map(|s| (**s).clone()).collect();
-        let ports = model::service_ports(&services, &slices, &config.node_name);
+        let ports = model::service_ports(&services.state(), &slices.state(), &config.node_name);
         if syncer.options.cluster_cidrs.is_empty() {
             let learned = node_cidrs.lock().map(|c| c.clone()).unwrap_or_default();
             if let Some(cidrs) = learned {

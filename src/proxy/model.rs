@@ -2,6 +2,7 @@
 //! [`ServicePort`] per (Service, port), with the endpoints each kind of traffic may use.
 //! Pure functions of the API objects; no I/O.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -127,14 +128,16 @@ fn parse_ips<'a>(values: impl IntoIterator<Item = &'a String>) -> Vec<IpAddr> {
 
 /// Flattens Services and their EndpointSlices into service ports. Headless and
 /// ExternalName Services are skipped (the proxy has nothing to do for them).
-/// `node_name` decides which endpoints are local.
-pub fn service_ports(
-    services: &[Service],
-    slices: &[EndpointSlice],
+/// `node_name` decides which endpoints are local. Takes the objects or the informer
+/// stores' `Arc`s as they are (no copy of every object per sync).
+pub fn service_ports<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
+    services: &[S],
+    slices: &[E],
     node_name: &str,
 ) -> Vec<ServicePort> {
     let mut slices_by_service: BTreeMap<(String, String), Vec<&EndpointSlice>> = BTreeMap::new();
     for slice in slices {
+        let slice: &EndpointSlice = slice.borrow();
         let (Some(ns), Some(service)) = (
             slice.metadata.namespace.as_ref(),
             slice
@@ -152,6 +155,7 @@ pub fn service_ports(
     }
     let mut out = Vec::new();
     for svc in services {
+        let svc: &Service = svc.borrow();
         let (Some(ns), Some(name), Some(spec)) = (
             svc.metadata.namespace.as_ref(),
             svc.metadata.name.as_ref(),
@@ -370,6 +374,7 @@ mod tests {
             "metadata": {"namespace": "ns", "name": "e"},
             "spec": {"type": "ExternalName", "externalName": "example.com"}
         }));
-        assert!(service_ports(&[headless, external], &[], "me").is_empty());
+        let no_slices: &[EndpointSlice] = &[];
+        assert!(service_ports(&[headless, external], no_slices, "me").is_empty());
     }
 }

@@ -1,23 +1,29 @@
 //! The pure renderer: service ports + node addresses → the nftables objects of one
 //! `ip k3rs` / `ip6 k3rs` table, laid out like kube-proxy's nftables mode, and the text
 //! that `nft -f -` applies: a full replacement, or the difference between two rulesets.
+//! It renders per owner — the table's fixed part ([`render_base`]) and each Service port
+//! ([`render_port`]) — so that [`super::table`] can re-render only what changed.
 //!
 //! Layout (one table per family):
 //! - base chains `filter-{input,forward,output}` (priority -110, before DNAT) jump to
 //!   `service-endpoints-check` / `nodeport-endpoints-check`, which look the destination up
 //!   in the `no-endpoint-services` / `no-endpoint-nodeports` verdict maps (reject or drop);
-//! - `nat-{prerouting,output}` jump to `services`, which looks `daddr . l4proto . dport` up
-//!   in `service-ips` and `l4proto . dport` (for `daddr` in `nodeport-ips`) in
-//!   `service-nodeports`;
-//! - per Service port a `service-…` chain (masquerade sources outside `cluster-cidrs`,
-//!   session affinity, the endpoint pick), an `external-…` chain for NodePort /
-//!   LoadBalancer / external IP traffic (masquerade when the policy is Cluster), a `local-…`
-//!   chain over this node's endpoints for the Local policies;
+//! - `nat-{prerouting,output}` jump to `services`, which first decides masquerading by
+//!   destination (`service-masquerade`: a ClusterIP → `jump masquerade-off-cluster`, which
+//!   marks sources outside `cluster-cidrs`; an external address of a Cluster-policy
+//!   Service → `jump mark-for-masquerade`; `nodeport-masquerade` likewise for NodePorts),
+//!   then looks `daddr . l4proto . dport` up in `service-ips` and `l4proto . dport` (for
+//!   `daddr` in `nodeport-ips`) in `service-nodeports`;
+//! - per Service port a `service-…` chain (session affinity, the endpoint pick) that
+//!   ClusterIP traffic and Cluster-policy external traffic go to, an `external-…` chain
+//!   only for the Local external policy, a `local-…` chain over this node's endpoints for
+//!   the Local policies;
 //! - the pick is `numgen random mod N` looked up in the balancing chain's own named map
-//!   (`<chain>-endpoints`, `i : addr . port`, DNAT straight from it: no chain per endpoint,
-//!   and no anonymous maps, which make the kernel walk the whole transaction once each);
-//!   with session affinity an `endpoint-…` chain per endpoint instead (the affinity set
-//!   update, then DNAT), picked from `<chain>-endpoint-chains` (`i : goto endpoint-…`);
+//!   (`service-<hash>-endpoints`, `i : addr . port`, DNAT straight from it: no chain per
+//!   endpoint, and no anonymous maps, which make the kernel walk the whole transaction once
+//!   each); with session affinity an `endpoint-…` chain per endpoint instead (the affinity
+//!   set update, then DNAT), picked from `service-<hash>-endpoint-chains`
+//!   (`i : goto endpoint-…`);
 //! - `nat-postrouting` marks hairpin flows (`saddr . daddr` in `hairpin-endpoints`), then
 //!   `masquerading` masquerades packets carrying the 0x4000 mark.
 
@@ -28,6 +34,7 @@ use std::net::IpAddr;
 use sha2::{Digest, Sha256};
 
 use super::model::{Endpoint, ServicePort};
+pub use super::table::TableState;
 
 /// The mark `mark-for-masquerade` sets (kube-proxy's value).
 pub const MASQUERADE_MARK: &str = "0x4000";
@@ -71,7 +78,7 @@ impl Family {
 }
 
 /// What the renderer needs besides the service ports.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RenderOptions {
     /// The table name (`k3rs`).
     pub table: String,
@@ -110,6 +117,48 @@ pub struct Ruleset {
     pub sets: BTreeMap<String, Set>,
 }
 
+/// The shared maps and sets: declared by the table's fixed part, filled by every Service
+/// port ([`Fragment::shared`]).
+pub const SERVICE_IPS: &str = "service-ips";
+pub const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
+pub const SERVICE_MASQUERADE: &str = "service-masquerade";
+pub const SERVICE_NODEPORTS: &str = "service-nodeports";
+pub const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
+pub const NODEPORT_MASQUERADE: &str = "nodeport-masquerade";
+pub const HAIRPIN_ENDPOINTS: &str = "hairpin-endpoints";
+pub const CLUSTER_CIDRS: &str = "cluster-cidrs";
+pub const NODEPORT_IPS: &str = "nodeport-ips";
+/// Marks packets whose source is off the pod network (`service-masquerade`'s verdict for
+/// ClusterIPs).
+const MASQUERADE_OFF_CLUSTER: &str = "masquerade-off-cluster";
+
+/// One element of a shared set or map: (set, key, value; empty for sets).
+pub type SharedElement = (&'static str, String, String);
+
+/// What one owner puts in a table — the fixed part ([`render_base`]) or one Service port
+/// ([`render_port`]): the chains and sets it alone owns (their names derive from the
+/// port's id), and its elements of the shared sets.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Fragment {
+    pub chains: BTreeMap<String, Chain>,
+    pub sets: BTreeMap<String, Set>,
+    pub shared: Vec<SharedElement>,
+}
+
+impl Fragment {
+    fn rule(&mut self, chain: &str, rule: String) {
+        self.chains
+            .entry(chain.to_string())
+            .or_default()
+            .rules
+            .push(rule);
+    }
+
+    fn shared(&mut self, set: &'static str, key: String, value: String) {
+        self.shared.push((set, key, value));
+    }
+}
+
 /// A short stable hash that keeps chain names unique after truncation, as kube-proxy does.
 fn hash(text: &str) -> String {
     let digest = Sha256::digest(text.as_bytes());
@@ -127,11 +176,17 @@ fn hash(text: &str) -> String {
 
 /// nft names may be at most 256 bytes; keep them readable but bounded.
 fn chain_name(prefix: &str, id: &str) -> String {
-    let mut name = format!("{prefix}-{}-{id}", hash(id));
+    let mut name = format!("{}-{id}", handle(prefix, id));
     if name.len() > 200 {
         name.truncate(200);
     }
     name
+}
+
+/// The short, unique part of a chain's name (`service-<hash>`), which also names the
+/// chain's maps.
+fn handle(prefix: &str, id: &str) -> String {
+    format!("{prefix}-{}", hash(id))
 }
 
 fn endpoint_id(port: &ServicePort, endpoint: &Endpoint) -> String {
@@ -143,8 +198,10 @@ fn endpoint_chain(port: &ServicePort, endpoint: &Endpoint) -> String {
     chain_name("endpoint", &endpoint_id(port, endpoint))
 }
 
-fn affinity_set(port: &ServicePort, endpoint: &Endpoint) -> String {
-    chain_name("affinity", &endpoint_id(port, endpoint))
+/// The affinity set of one endpoint: the timeout is part of the name because a set's
+/// declaration cannot change in place (a new timeout is a new set).
+fn affinity_set(port: &ServicePort, endpoint: &Endpoint, timeout: u32) -> String {
+    format!("affinity-{}-{timeout}s", hash(&endpoint_id(port, endpoint)))
 }
 
 fn addr(family: Family, ip: &IpAddr) -> String {
@@ -155,36 +212,16 @@ fn addr(family: Family, ip: &IpAddr) -> String {
 }
 
 impl Ruleset {
-    fn chain(&mut self, name: &str) -> &mut Chain {
-        self.chains.entry(name.to_string()).or_default()
-    }
-
-    fn rule(&mut self, chain: &str, rule: String) {
-        self.chain(chain).rules.push(rule);
-    }
-
-    fn element(&mut self, set: &str, key: String, value: String) {
-        if let Some(set) = self.sets.get_mut(set) {
-            set.elements.insert(key, value);
-        }
-    }
-
     /// The full text that replaces the table atomically: create (so that delete cannot fail
     /// on a missing table), delete, then define everything.
     pub fn full_text(&self) -> String {
-        let (family, table) = (self.family.nft(), &self.table);
         let mut out = String::with_capacity(self.chains.len() * 160);
-        let _ = writeln!(out, "add table {family} {table}");
-        let _ = writeln!(out, "delete table {family} {table}");
-        let _ = writeln!(
-            out,
-            "add table {family} {table} {{ comment \"rules for Kubernetes Services, owned by k3rs\"; }}"
-        );
-        self.write_additions(&mut out, &Ruleset::empty(self.family, table));
+        write_replace_header(&mut out, self.family, &self.table);
+        self.write_additions(&mut out, &Ruleset::empty(self.family, &self.table));
         out
     }
 
-    fn empty(family: Family, table: &str) -> Ruleset {
+    pub fn empty(family: Family, table: &str) -> Ruleset {
         Ruleset {
             family,
             table: table.to_string(),
@@ -197,25 +234,13 @@ impl Ruleset {
     fn write_additions(&self, out: &mut String, old: &Ruleset) {
         let (family, table) = (self.family.nft(), &self.table);
         for (name, chain) in &self.chains {
-            if old.chains.contains_key(name) {
-                continue;
-            }
-            match &chain.hook {
-                Some(hook) => {
-                    let _ = writeln!(out, "add chain {family} {table} {name} {{ {hook} }}");
-                }
-                None => {
-                    let _ = writeln!(out, "add chain {family} {table} {name}");
-                }
+            if !old.chains.contains_key(name) {
+                write_chain_decl(out, self.family, table, name, chain);
             }
         }
         for (name, set) in &self.sets {
             if !old.sets.contains_key(name) {
-                let _ = writeln!(
-                    out,
-                    "add {} {family} {table} {name} {{ {} }}",
-                    set.kind, set.decl
-                );
+                write_set_decl(out, self.family, table, name, set);
             }
         }
         for (name, chain) in &self.chains {
@@ -226,45 +251,34 @@ impl Ruleset {
                 }
                 None => {}
             }
-            for rule in &chain.rules {
-                let _ = writeln!(out, "add rule {family} {table} {name} {rule}");
-            }
+            write_rules(out, self.family, table, name, chain);
         }
         for (name, set) in &self.sets {
             let previous = old.sets.get(name).map(|s| &s.elements);
-            let mut removed = Vec::new();
-            let mut added = Vec::new();
-            if let Some(previous) = previous {
-                for (key, value) in previous {
-                    match set.elements.get(key) {
-                        Some(v) if v == value => {}
-                        _ => removed.push(key.as_str()),
-                    }
-                }
-            }
-            for (key, value) in &set.elements {
-                if previous.and_then(|p| p.get(key)) != Some(value) {
-                    added.push(if value.is_empty() {
-                        key.clone()
-                    } else {
-                        format!("{key} : {value}")
-                    });
-                }
-            }
-            for chunk in removed.chunks(1000) {
-                let _ = writeln!(
-                    out,
-                    "delete element {family} {table} {name} {{ {} }}",
-                    chunk.join(", ")
-                );
-            }
-            for chunk in added.chunks(1000) {
-                let _ = writeln!(
-                    out,
-                    "add element {family} {table} {name} {{ {} }}",
-                    chunk.join(", ")
-                );
-            }
+            let removed = previous
+                .into_iter()
+                .flatten()
+                .filter(|(key, value)| set.elements.get(*key) != Some(*value));
+            write_elements(
+                out,
+                "delete",
+                self.family,
+                table,
+                name,
+                removed.map(|(key, _)| (key.as_str(), "")),
+            );
+            let added = set
+                .elements
+                .iter()
+                .filter(|(key, value)| previous.and_then(|p| p.get(*key)) != Some(*value));
+            write_elements(
+                out,
+                "add",
+                self.family,
+                table,
+                name,
+                added.map(|(key, value)| (key.as_str(), value.as_str())),
+            );
         }
     }
 
@@ -296,223 +310,280 @@ impl Ruleset {
     }
 }
 
-/// Renders the table for `family`.
+/// The start of a full replacement: create (so that delete cannot fail on a missing
+/// table), delete, create again.
+pub(super) fn write_replace_header(out: &mut String, family: Family, table: &str) {
+    let family = family.nft();
+    let _ = writeln!(out, "add table {family} {table}");
+    let _ = writeln!(out, "delete table {family} {table}");
+    let _ = writeln!(
+        out,
+        "add table {family} {table} {{ comment \"rules for Kubernetes Services, owned by k3rs\"; }}"
+    );
+}
+
+pub(super) fn write_chain_decl(
+    out: &mut String,
+    family: Family,
+    table: &str,
+    name: &str,
+    chain: &Chain,
+) {
+    let family = family.nft();
+    let _ = match &chain.hook {
+        Some(hook) => writeln!(out, "add chain {family} {table} {name} {{ {hook} }}"),
+        None => writeln!(out, "add chain {family} {table} {name}"),
+    };
+}
+
+pub(super) fn write_set_decl(out: &mut String, family: Family, table: &str, name: &str, set: &Set) {
+    let _ = writeln!(
+        out,
+        "add {} {} {table} {name} {{ {} }}",
+        set.kind,
+        family.nft(),
+        set.decl
+    );
+}
+
+pub(super) fn write_rules(
+    out: &mut String,
+    family: Family,
+    table: &str,
+    name: &str,
+    chain: &Chain,
+) {
+    let family = family.nft();
+    for rule in &chain.rules {
+        let _ = writeln!(out, "add rule {family} {table} {name} {rule}");
+    }
+}
+
+/// `add element` / `delete element` lines for (key, value) pairs (value empty for sets
+/// and deletions), 1,000 elements a line.
+pub(super) fn write_elements<'a>(
+    out: &mut String,
+    verb: &str,
+    family: Family,
+    table: &str,
+    name: &str,
+    elements: impl Iterator<Item = (&'a str, &'a str)>,
+) {
+    let family = family.nft();
+    let mut in_line = 0;
+    for (key, value) in elements {
+        if in_line == 0 {
+            let _ = write!(out, "{verb} element {family} {table} {name} {{ ");
+        } else {
+            out.push_str(", ");
+        }
+        out.push_str(key);
+        if !value.is_empty() {
+            out.push_str(" : ");
+            out.push_str(value);
+        }
+        in_line += 1;
+        if in_line == 1000 {
+            out.push_str(" }\n");
+            in_line = 0;
+        }
+    }
+    if in_line > 0 {
+        out.push_str(" }\n");
+    }
+}
+
+/// Renders the table for `family`: the fixed part and every port, assembled as a full
+/// sync does.
 pub fn render(family: Family, ports: &[ServicePort], options: &RenderOptions) -> Ruleset {
+    TableState::build(family, options, ports).to_ruleset()
+}
+
+/// The table's fixed part: base chains, the shared sets and maps (declared empty; their
+/// elements come from [`Fragment::shared`]) and the node's own elements of them.
+pub fn render_base(family: Family, options: &RenderOptions) -> Fragment {
     let f = family.nft();
     let at = family.addr_type();
-    let mut rs = Ruleset::empty(family, &options.table);
-    let base = |hook: &str, kind: &str, priority: i32| {
-        Some(format!(
+    let mut base = Fragment::default();
+    let hook = |hook: &str, kind: &str, priority: i32| Chain {
+        hook: Some(format!(
             "type {kind} hook {hook} priority {priority}; policy accept;"
-        ))
+        )),
+        rules: vec![],
     };
-    rs.chains.insert(
-        "filter-input".into(),
-        Chain {
-            hook: base("input", "filter", -110),
-            rules: vec![],
-        },
-    );
-    rs.chains.insert(
-        "filter-forward".into(),
-        Chain {
-            hook: base("forward", "filter", -110),
-            rules: vec![],
-        },
-    );
-    rs.chains.insert(
-        "filter-output".into(),
-        Chain {
-            hook: base("output", "filter", -110),
-            rules: vec![],
-        },
-    );
-    rs.chains.insert(
-        "nat-prerouting".into(),
-        Chain {
-            hook: base("prerouting", "nat", -100),
-            rules: vec![],
-        },
-    );
-    rs.chains.insert(
-        "nat-output".into(),
-        Chain {
-            hook: base("output", "nat", -100),
-            rules: vec![],
-        },
-    );
-    rs.chains.insert(
-        "nat-postrouting".into(),
-        Chain {
-            hook: base("postrouting", "nat", 100),
-            rules: vec![],
-        },
-    );
-    rs.rule(
+    for (name, chain) in [
+        ("filter-input", hook("input", "filter", -110)),
+        ("filter-forward", hook("forward", "filter", -110)),
+        ("filter-output", hook("output", "filter", -110)),
+        ("nat-prerouting", hook("prerouting", "nat", -100)),
+        ("nat-output", hook("output", "nat", -100)),
+        ("nat-postrouting", hook("postrouting", "nat", 100)),
+    ] {
+        base.chains.insert(name.into(), chain);
+    }
+    base.rule(
         "filter-input",
         "ct state new jump nodeport-endpoints-check".into(),
     );
-    rs.rule(
+    base.rule(
         "filter-input",
         "ct state new jump service-endpoints-check".into(),
     );
-    rs.rule(
+    base.rule(
         "filter-forward",
         "ct state new jump service-endpoints-check".into(),
     );
-    rs.rule(
+    base.rule(
         "filter-output",
         "ct state new jump service-endpoints-check".into(),
     );
-    rs.rule(
+    base.rule(
         "filter-output",
         "ct state new jump nodeport-endpoints-check".into(),
     );
-    rs.rule("nat-prerouting", "jump services".into());
-    rs.rule("nat-output", "jump services".into());
-    rs.rule(
+    base.rule("nat-prerouting", "jump services".into());
+    base.rule("nat-output", "jump services".into());
+    base.rule(
         "nat-postrouting",
-        format!("ct status dnat {f} saddr . {f} daddr @hairpin-endpoints jump mark-for-masquerade"),
+        format!(
+            "ct status dnat {f} saddr . {f} daddr @{HAIRPIN_ENDPOINTS} jump mark-for-masquerade"
+        ),
     );
-    rs.rule("nat-postrouting", "jump masquerading".into());
-    rs.rule(
+    base.rule("nat-postrouting", "jump masquerading".into());
+    base.rule(
         "mark-for-masquerade",
         format!("meta mark set meta mark or {MASQUERADE_MARK}"),
     );
-    rs.rule(
+    base.rule(
+        MASQUERADE_OFF_CLUSTER,
+        format!("{f} saddr != @{CLUSTER_CIDRS} jump mark-for-masquerade"),
+    );
+    base.rule(
         "masquerading",
         format!("meta mark & {MASQUERADE_MARK} == 0 return"),
     );
-    rs.rule(
+    base.rule(
         "masquerading",
         format!("meta mark set meta mark xor {MASQUERADE_MARK}"),
     );
-    rs.rule("masquerading", "masquerade fully-random".into());
-    rs.rule(
+    base.rule("masquerading", "masquerade fully-random".into());
+    base.rule(
         "reject-chain",
         "meta l4proto tcp reject with tcp reset".into(),
     );
-    rs.rule("reject-chain", "reject".into());
+    base.rule("reject-chain", "reject".into());
     let service_map = format!("type {at} . inet_proto . inet_service : verdict;");
     let nodeport_map = "type inet_proto . inet_service : verdict;".to_string();
-    for (name, decl) in [
-        ("service-ips", service_map.clone()),
-        ("no-endpoint-services", service_map),
-        ("service-nodeports", nodeport_map.clone()),
-        ("no-endpoint-nodeports", nodeport_map),
-    ] {
-        rs.sets.insert(
+    let shared = [
+        (SERVICE_IPS, "map", service_map.clone()),
+        (NO_ENDPOINT_SERVICES, "map", service_map.clone()),
+        (SERVICE_MASQUERADE, "map", service_map),
+        (SERVICE_NODEPORTS, "map", nodeport_map.clone()),
+        (NO_ENDPOINT_NODEPORTS, "map", nodeport_map),
+        (
+            NODEPORT_MASQUERADE,
+            "set",
+            "type inet_proto . inet_service;".to_string(),
+        ),
+        (HAIRPIN_ENDPOINTS, "set", format!("type {at} . {at};")),
+        // The pod network: ClusterIP traffic from elsewhere is masqueraded (all of it
+        // while the set is empty), pod traffic under an external Local policy keeps
+        // cluster-wide balancing. A named set, so learning the CIDRs later is an
+        // element update.
+        (CLUSTER_CIDRS, "set", format!("type {at}; flags interval;")),
+        (NODEPORT_IPS, "set", format!("type {at};")),
+    ];
+    for (name, kind, decl) in shared {
+        base.sets.insert(
             name.into(),
             Set {
-                kind: "map",
+                kind,
                 decl,
                 elements: BTreeMap::new(),
             },
         );
     }
-    rs.sets.insert(
-        "hairpin-endpoints".into(),
-        Set {
-            kind: "set",
-            decl: format!("type {at} . {at};"),
-            elements: BTreeMap::new(),
-        },
-    );
-    // The pod network: ClusterIP traffic from elsewhere is masqueraded (all of it while
-    // the set is empty), pod traffic under an external Local policy keeps cluster-wide
-    // balancing. A named set, so learning the CIDRs later is an element update.
-    rs.sets.insert(
-        "cluster-cidrs".into(),
-        Set {
-            kind: "set",
-            decl: format!("type {at}; flags interval;"),
-            elements: options
-                .cluster_cidrs
-                .iter()
-                .filter(|c| family.parse_cidr(c))
-                .map(|c| (c.clone(), String::new()))
-                .collect(),
-        },
-    );
-    rs.sets.insert(
-        "nodeport-ips".into(),
-        Set {
-            kind: "set",
-            decl: format!("type {at};"),
-            elements: BTreeMap::new(),
-        },
-    );
-    rs.rule(
+    // Masquerading is decided here, once, by destination (`service-masquerade`:
+    // ClusterIPs for sources off the pod network, external addresses of Cluster-policy
+    // Services always; `nodeport-masquerade` likewise for NodePorts), so a Service
+    // port needs no chain or rule of its own for it.
+    base.rule(
         "services",
-        format!("{f} daddr . meta l4proto . th dport vmap @service-ips"),
+        format!("{f} daddr . meta l4proto . th dport vmap @{SERVICE_MASQUERADE}"),
     );
-    rs.rule(
+    base.rule(
         "services",
-        format!("{f} daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports"),
+        format!("{f} daddr . meta l4proto . th dport vmap @{SERVICE_IPS}"),
     );
-    rs.rule(
+    base.rule(
+        "services",
+        format!(
+            "{f} daddr @{NODEPORT_IPS} meta l4proto . th dport @{NODEPORT_MASQUERADE} jump mark-for-masquerade"
+        ),
+    );
+    base.rule(
+        "services",
+        format!("{f} daddr @{NODEPORT_IPS} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}"),
+    );
+    base.rule(
         "service-endpoints-check",
-        format!("{f} daddr . meta l4proto . th dport vmap @no-endpoint-services"),
+        format!("{f} daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES}"),
     );
-    rs.rule(
+    base.rule(
         "nodeport-endpoints-check",
-        format!("{f} daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports"),
+        format!("{f} daddr @{NODEPORT_IPS} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}"),
     );
+    for cidr in options
+        .cluster_cidrs
+        .iter()
+        .filter(|c| family.parse_cidr(c))
+    {
+        base.shared(CLUSTER_CIDRS, cidr.clone(), String::new());
+    }
     for ip in options.node_ips.iter().filter(|ip| family.matches(ip)) {
-        rs.element("nodeport-ips", ip.to_string(), String::new());
+        base.shared(NODEPORT_IPS, ip.to_string(), String::new());
     }
-    for port in ports {
-        render_port(&mut rs, family, port);
-    }
-    rs
+    base
 }
 
-/// The named map a balancing chain picks its endpoint from: DNAT targets
-/// (`…-endpoints`), or endpoint chains with session affinity (`…-endpoint-chains`); two
-/// names because a map's type cannot change in place.
-fn endpoint_map(chain: &str, affinity: bool) -> String {
-    if affinity {
-        format!("{chain}-endpoint-chains")
-    } else {
-        format!("{chain}-endpoints")
-    }
-}
-
-/// The endpoint-selection rules of one balancing chain (`service-…` or `local-…`).
+/// The endpoint-selection rules of one balancing chain (`service-…` or `local-…`);
+/// `handle` is the chain's short name (`service-<hash>`), which names its map.
 ///
 /// The pick is `numgen random mod N` looked up in a named map of the chain's own, filled
 /// with elements: nft and the kernel load a table of named maps several times faster than
 /// one with an anonymous map per chain (the kernel walks the whole transaction for every
 /// anonymous set it binds), and an endpoint change is then an element update that leaves
-/// the chain alone.
+/// the chain alone. The map's name is short because the kernel finds a set by comparing
+/// its name with every set's of the table, for each rule and element batch naming it.
 fn balance(
-    rs: &mut Ruleset,
+    out: &mut Fragment,
     family: Family,
     chain: &str,
+    handle: &str,
     port: &ServicePort,
     endpoints: &[&Endpoint],
 ) {
     let f = family.nft();
     let proto = port.protocol.nft();
-    if port.affinity_timeout.is_some() {
+    if let Some(timeout) = port.affinity_timeout {
         // Affinity needs a chain per endpoint (each updates its own set).
         for endpoint in endpoints {
-            rs.rule(
+            out.rule(
                 chain,
                 format!(
                     "{f} saddr @{} goto {}",
-                    affinity_set(port, endpoint),
+                    affinity_set(port, endpoint, timeout),
                     endpoint_chain(port, endpoint)
                 ),
             );
         }
-        let map = endpoint_map(chain, true);
+        let map = format!("{handle}-endpoint-chains");
         let elements = endpoints
             .iter()
             .enumerate()
             .map(|(i, e)| (i.to_string(), format!("goto {}", endpoint_chain(port, e))))
             .collect();
-        rs.sets.insert(
+        out.sets.insert(
             map.clone(),
             Set {
                 kind: "map",
@@ -520,7 +591,7 @@ fn balance(
                 elements,
             },
         );
-        rs.rule(
+        out.rule(
             chain,
             format!("numgen random mod {} vmap @{map}", endpoints.len()),
         );
@@ -529,7 +600,7 @@ fn balance(
     // Without affinity the DNAT target comes straight from the map: no chain per
     // endpoint, which keeps a 10,000-endpoint table cheap for the kernel to load.
     if let [only] = endpoints {
-        rs.rule(
+        out.rule(
             chain,
             format!(
                 "meta l4proto {proto} dnat to {}:{}",
@@ -539,22 +610,24 @@ fn balance(
         );
         return;
     }
-    let map = endpoint_map(chain, false);
+    let map = format!("{handle}-endpoints");
     let elements = endpoints
         .iter()
         .enumerate()
         .map(|(i, e)| (i.to_string(), format!("{} . {}", e.ip, e.port)))
         .collect();
-    rs.sets.insert(
+    out.sets.insert(
         map.clone(),
         Set {
             kind: "map",
-            // `th dport`, not `tcp dport`: the map's type is the same for every protocol.
-            decl: format!("typeof numgen random mod 1 : {f} daddr . th dport;"),
+            // The port's own protocol (`tcp dport`, not `th dport`): when nft later reads
+            // the map back from the kernel for a rule of a partial update, a `th` type
+            // conflicts with the rule's `meta l4proto tcp`.
+            decl: format!("typeof numgen random mod 1 : {f} daddr . {proto} dport;"),
             elements,
         },
     );
-    rs.rule(
+    out.rule(
         chain,
         format!(
             "meta l4proto {proto} dnat {f} addr . port to numgen random mod {} map @{map}",
@@ -563,7 +636,10 @@ fn balance(
     );
 }
 
-fn render_port(rs: &mut Ruleset, family: Family, port: &ServicePort) {
+/// Everything one Service port puts in the `family` table: its chains and maps, and its
+/// elements of the shared ones. Empty when the port has no address of this family.
+pub fn render_port(family: Family, port: &ServicePort) -> Fragment {
+    let mut out = Fragment::default();
     let f = family.nft();
     let proto = port.protocol.nft();
     let id = port.id();
@@ -573,7 +649,7 @@ fn render_port(rs: &mut Ruleset, family: Family, port: &ServicePort) {
         .filter(|ip| family.matches(ip))
         .collect();
     if cluster_ips.is_empty() {
-        return;
+        return out;
     }
     let all: Vec<&Endpoint> = port
         .cluster_endpoints()
@@ -590,8 +666,8 @@ fn render_port(rs: &mut Ruleset, family: Family, port: &ServicePort) {
     let mut used: BTreeSet<&Endpoint> = all.iter().copied().collect();
     used.extend(local.iter().copied());
     for endpoint in &used {
-        rs.element(
-            "hairpin-endpoints",
+        out.shared(
+            HAIRPIN_ENDPOINTS,
             format!("{} . {}", endpoint.ip, endpoint.ip),
             String::new(),
         );
@@ -599,8 +675,8 @@ fn render_port(rs: &mut Ruleset, family: Family, port: &ServicePort) {
             continue;
         };
         let chain = endpoint_chain(port, endpoint);
-        let set = affinity_set(port, endpoint);
-        rs.sets.insert(
+        let set = affinity_set(port, endpoint, timeout);
+        out.sets.insert(
             set.clone(),
             Set {
                 kind: "set",
@@ -611,8 +687,8 @@ fn render_port(rs: &mut Ruleset, family: Family, port: &ServicePort) {
                 elements: BTreeMap::new(),
             },
         );
-        rs.rule(&chain, format!("update @{set} {{ {f} saddr }}"));
-        rs.rule(
+        out.rule(&chain, format!("update @{set} {{ {f} saddr }}"));
+        out.rule(
             &chain,
             format!(
                 "meta l4proto {proto} dnat to {}:{}",
@@ -634,17 +710,29 @@ fn render_port(rs: &mut Ruleset, family: Family, port: &ServicePort) {
             ""
         }
     };
-    // The service chain serves ClusterIP traffic (and pod traffic under external Local).
+    // The service chain balances ClusterIP traffic (and pod traffic under external Local,
+    // and all external traffic under external Cluster).
     if !all.is_empty() {
-        rs.rule(
+        balance(
+            &mut out,
+            family,
             &service_chain,
-            format!("{f} saddr != @cluster-cidrs jump mark-for-masquerade"),
+            &handle("service", &id),
+            port,
+            &all,
         );
-        balance(rs, family, &service_chain, port, &all);
     }
     let internal_chain = if port.internal_local && !local.is_empty() {
-        let chain = chain_name("local", &format!("{id}/internal"));
-        balance(rs, family, &chain, port, &local);
+        let local_id = format!("{id}/internal");
+        let chain = chain_name("local", &local_id);
+        balance(
+            &mut out,
+            family,
+            &chain,
+            &handle("local", &local_id),
+            port,
+            &local,
+        );
         chain
     } else {
         service_chain.clone()
@@ -652,39 +740,59 @@ fn render_port(rs: &mut Ruleset, family: Family, port: &ServicePort) {
     for ip in &cluster_ips {
         let key = format!("{ip} . {proto} . {}", port.port);
         match no_endpoints_verdict(internal) {
-            "" => rs.element("service-ips", key, format!("goto {internal_chain}")),
-            verdict => rs.element("no-endpoint-services", key, verdict.to_string()),
+            "" => {
+                if internal_chain == service_chain {
+                    // Sources off the pod network (the node, other hosts) are
+                    // masqueraded so that replies come back through this node.
+                    out.shared(
+                        SERVICE_MASQUERADE,
+                        key.clone(),
+                        format!("jump {MASQUERADE_OFF_CLUSTER}"),
+                    );
+                }
+                out.shared(SERVICE_IPS, key, format!("goto {internal_chain}"));
+            }
+            verdict => out.shared(NO_ENDPOINT_SERVICES, key, verdict.to_string()),
         }
     }
     if !port.has_external() {
-        return;
+        return out;
     }
     let external: &[&Endpoint] = if port.external_local { &local } else { &all };
     let external_verdict = no_endpoints_verdict(external);
-    let external_chain = chain_name("external", &id);
-    if external_verdict.is_empty() {
-        if port.external_local {
-            // Pods keep cluster-wide balancing; the node itself is masqueraded; everything
-            // else keeps its source address and only reaches endpoints on this node.
-            rs.rule(
-                &external_chain,
-                format!("{f} saddr @cluster-cidrs goto {service_chain}"),
-            );
-            rs.rule(
-                &external_chain,
-                "fib saddr type local jump mark-for-masquerade".into(),
-            );
-            rs.rule(
-                &external_chain,
-                format!("fib saddr type local goto {service_chain}"),
-            );
-            let local_chain = chain_name("local", &format!("{id}/external"));
-            balance(rs, family, &local_chain, port, &local);
-            rs.rule(&external_chain, format!("goto {local_chain}"));
-        } else {
-            rs.rule(&external_chain, "jump mark-for-masquerade".into());
-            rs.rule(&external_chain, format!("goto {service_chain}"));
-        }
+    // Cluster policy: external traffic is masqueraded (by destination, in `services`)
+    // and balanced by the service chain itself. Local policy: its own chain.
+    let external_chain = if port.external_local {
+        chain_name("external", &id)
+    } else {
+        service_chain.clone()
+    };
+    if external_verdict.is_empty() && port.external_local {
+        // Pods keep cluster-wide balancing; the node itself is masqueraded; everything
+        // else keeps its source address and only reaches endpoints on this node.
+        out.rule(
+            &external_chain,
+            format!("{f} saddr @{CLUSTER_CIDRS} goto {service_chain}"),
+        );
+        out.rule(
+            &external_chain,
+            "fib saddr type local jump mark-for-masquerade".into(),
+        );
+        out.rule(
+            &external_chain,
+            format!("fib saddr type local goto {service_chain}"),
+        );
+        let local_id = format!("{id}/external");
+        let local_chain = chain_name("local", &local_id);
+        balance(
+            &mut out,
+            family,
+            &local_chain,
+            &handle("local", &local_id),
+            port,
+            &local,
+        );
+        out.rule(&external_chain, format!("goto {local_chain}"));
     }
     let external_ips = port
         .load_balancer_ips
@@ -694,17 +802,32 @@ fn render_port(rs: &mut Ruleset, family: Family, port: &ServicePort) {
     for ip in external_ips {
         let key = format!("{ip} . {proto} . {}", port.port);
         match external_verdict {
-            "" => rs.element("service-ips", key, format!("goto {external_chain}")),
-            verdict => rs.element("no-endpoint-services", key, verdict.to_string()),
+            "" => {
+                if !port.external_local {
+                    out.shared(
+                        SERVICE_MASQUERADE,
+                        key.clone(),
+                        "jump mark-for-masquerade".into(),
+                    );
+                }
+                out.shared(SERVICE_IPS, key, format!("goto {external_chain}"));
+            }
+            verdict => out.shared(NO_ENDPOINT_SERVICES, key, verdict.to_string()),
         }
     }
     if let Some(node_port) = port.node_port {
         let key = format!("{proto} . {node_port}");
         match external_verdict {
-            "" => rs.element("service-nodeports", key, format!("goto {external_chain}")),
-            verdict => rs.element("no-endpoint-nodeports", key, verdict.to_string()),
+            "" => {
+                if !port.external_local {
+                    out.shared(NODEPORT_MASQUERADE, key.clone(), String::new());
+                }
+                out.shared(SERVICE_NODEPORTS, key, format!("goto {external_chain}"));
+            }
+            verdict => out.shared(NO_ENDPOINT_NODEPORTS, key, verdict.to_string()),
         }
     }
+    out
 }
 
 #[cfg(test)]

@@ -75,23 +75,38 @@ fn cluster_ip_balances_over_ready_endpoints_and_masquerades_off_cluster_sources(
     let service_chain = chain_name("service", &svc.id());
     let element = &rs.sets["service-ips"].elements["10.43.0.20 . tcp . 80"];
     assert_eq!(element, &format!("goto {service_chain}"));
-    let rules = &rs.chains[&service_chain].rules;
+    // Masquerading is decided by destination in `services`, for sources off the pod
+    // network; the service chain only balances.
     assert_eq!(
-        rules[0],
-        "ip saddr != @cluster-cidrs jump mark-for-masquerade"
+        rs.sets["service-masquerade"].elements["10.43.0.20 . tcp . 80"],
+        "jump masquerade-off-cluster"
+    );
+    assert_eq!(
+        rs.chains["masquerade-off-cluster"].rules,
+        ["ip saddr != @cluster-cidrs jump mark-for-masquerade"]
+    );
+    assert_eq!(
+        rs.chains["services"].rules[..2],
+        [
+            "ip daddr . meta l4proto . th dport vmap @service-masquerade",
+            "ip daddr . meta l4proto . th dport vmap @service-ips"
+        ]
     );
     assert_eq!(
         rs.sets["cluster-cidrs"].elements.keys().collect::<Vec<_>>(),
         ["10.42.0.0/16"]
     );
-    let map = format!("{service_chain}-endpoints");
+    let rules = &rs.chains[&service_chain].rules;
+    let map = format!("{}-endpoints", handle("service", &svc.id()));
     assert_eq!(
-        rules[1],
-        format!("meta l4proto tcp dnat ip addr . port to numgen random mod 2 map @{map}")
+        rules[..],
+        [format!(
+            "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map @{map}"
+        )]
     );
     assert_eq!(
         rs.sets[&map].decl,
-        "typeof numgen random mod 1 : ip daddr . th dport;"
+        "typeof numgen random mod 1 : ip daddr . tcp dport;"
     );
     assert_eq!(
         rs.sets[&map]
@@ -138,7 +153,7 @@ fn session_affinity_uses_one_timeout_set_per_endpoint() {
     );
     svc.affinity_timeout = Some(600);
     let rs = render(Family::V4, std::slice::from_ref(&svc), &options());
-    let set = affinity_set(&svc, &svc.endpoints[1]);
+    let set = affinity_set(&svc, &svc.endpoints[1], 600);
     assert_eq!(
         rs.sets[&set].decl,
         "type ipv4_addr; flags dynamic,timeout; timeout 600s;"
@@ -148,7 +163,7 @@ fn session_affinity_uses_one_timeout_set_per_endpoint() {
         "ip saddr @{set} goto {}",
         endpoint_chain(&svc, &svc.endpoints[1])
     )));
-    let picks = format!("{}-endpoint-chains", chain_name("service", &svc.id()));
+    let picks = format!("{}-endpoint-chains", handle("service", &svc.id()));
     assert_eq!(
         service_rules.last().expect("rules"),
         &format!("numgen random mod 2 vmap @{picks}")
@@ -201,17 +216,32 @@ fn cluster_policy_node_port_and_load_balancer_masquerade() {
     svc.node_port = Some(30081);
     svc.load_balancer_ips = vec![ip("192.168.1.10")];
     let rs = render(Family::V4, std::slice::from_ref(&svc), &options());
-    let external = chain_name("external", &svc.id());
-    assert_eq!(
-        rs.chains[&external].rules,
-        [
-            "jump mark-for-masquerade".to_string(),
-            format!("goto {}", chain_name("service", &svc.id()))
-        ]
-    );
+    // No chain of its own: the destination is masqueraded, the service chain balances.
+    assert!(!rs.chains.contains_key(&chain_name("external", &svc.id())));
+    let service = format!("goto {}", chain_name("service", &svc.id()));
     assert_eq!(
         rs.sets["service-ips"].elements["192.168.1.10 . tcp . 80"],
-        format!("goto {external}")
+        service
+    );
+    assert_eq!(
+        rs.sets["service-masquerade"].elements["192.168.1.10 . tcp . 80"],
+        "jump mark-for-masquerade"
+    );
+    assert_eq!(
+        rs.sets["service-nodeports"].elements["tcp . 30081"],
+        service
+    );
+    assert!(
+        rs.sets["nodeport-masquerade"]
+            .elements
+            .contains_key("tcp . 30081")
+    );
+    assert_eq!(
+        rs.chains["services"].rules[2..],
+        [
+            "ip daddr @nodeport-ips meta l4proto . th dport @nodeport-masquerade jump mark-for-masquerade",
+            "ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports"
+        ]
     );
 }
 
@@ -278,7 +308,7 @@ fn one_endpoint_change_is_an_element_update_only() {
     let before = render(Family::V4, std::slice::from_ref(&web), &options());
     web.endpoints[1] = endpoint("10.42.1.9", false);
     let after = render(Family::V4, std::slice::from_ref(&web), &options());
-    let map = format!("{}-endpoints", chain_name("service", &web.id()));
+    let map = format!("{}-endpoints", handle("service", &web.id()));
     assert_eq!(
         after.diff_text(&before).lines().collect::<Vec<_>>(),
         [
@@ -310,8 +340,8 @@ fn without_cluster_cidrs_all_cluster_ip_traffic_is_masqueraded() {
     // `saddr != @cluster-cidrs` holds for every source while the set is empty.
     assert!(rs.sets["cluster-cidrs"].elements.is_empty());
     assert_eq!(
-        rs.chains[&chain_name("service", &svc.id())].rules[0],
-        "ip saddr != @cluster-cidrs jump mark-for-masquerade"
+        rs.chains["masquerade-off-cluster"].rules,
+        ["ip saddr != @cluster-cidrs jump mark-for-masquerade"]
     );
     // Learning them later is an element update, not a rewrite of every service chain.
     let learned = render(Family::V4, std::slice::from_ref(&svc), &options());
@@ -327,7 +357,7 @@ fn ipv6_table_brackets_dnat_addresses() {
     svc.cluster_ips = vec![ip("fd00:43::20")];
     let rs = render(Family::V6, std::slice::from_ref(&svc), &options());
     let rules = &rs.chains[&chain_name("service", &svc.id())].rules;
-    assert_eq!(rules[1], "meta l4proto tcp dnat to [fd00:42::5]:8080");
+    assert_eq!(rules[..], ["meta l4proto tcp dnat to [fd00:42::5]:8080"]);
     assert!(
         rs.sets["service-ips"]
             .elements
