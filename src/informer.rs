@@ -48,7 +48,24 @@ pub fn drop_managed_fields<K: kube::Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
 }
 
-type Subscribers<K> = Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>>;
+/// One change as [`Shared::subscribe_changes`] delivers it.
+pub struct Change<K> {
+    /// The cached state before the change; `None` for an object seen for the first time.
+    pub previous: Option<Arc<K>>,
+    /// The state after the change; for a deletion, the object's last state.
+    pub current: Arc<K>,
+}
+
+impl<K> Clone for Change<K> {
+    fn clone(&self) -> Self {
+        Change {
+            previous: self.previous.clone(),
+            current: self.current.clone(),
+        }
+    }
+}
+
+type Subscribers<K> = Arc<Mutex<Vec<mpsc::UnboundedSender<Change<K>>>>>;
 
 /// One watch of `K` shared by several consumers: a cache ([`Shared::store`]) and, for each
 /// [`Shared::subscribe`]r, every object that changed — added, updated, or deleted (the
@@ -117,21 +134,30 @@ where
                 };
                 let before_relist =
                     matches!(event, watcher::Event::InitDone).then(|| store.state());
+                let previous = match &event {
+                    watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
+                        store.get(&ObjectRef::from_obj(obj))
+                    }
+                    _ => None,
+                };
                 writer.apply_watcher_event(&event);
                 if before_relist.is_some() {
                     ready_tx.send_replace(true);
                 }
-                let changed: Vec<Arc<K>> = match event {
+                let changed: Vec<Change<K>> = match event {
                     watcher::Event::Apply(obj) => {
                         let cached = store.get(&ObjectRef::from_obj(&obj));
-                        vec![cached.unwrap_or_else(|| Arc::new(obj))]
+                        vec![Change {
+                            previous,
+                            current: cached.unwrap_or_else(|| Arc::new(obj)),
+                        }]
                     }
-                    watcher::Event::Delete(obj) => vec![Arc::new(obj)],
+                    watcher::Event::Delete(obj) => vec![Change {
+                        previous,
+                        current: Arc::new(obj),
+                    }],
                     watcher::Event::InitDone => {
-                        let now = store.state();
-                        let mut all = before_relist.unwrap_or_default();
-                        all.extend(now);
-                        all
+                        relist_changes(before_relist.unwrap_or_default(), store.state())
                     }
                     watcher::Event::Init | watcher::Event::InitApply(_) => Vec::new(),
                 };
@@ -139,7 +165,7 @@ where
                     continue;
                 }
                 let mut subs = subscribers.lock().unwrap_or_else(|e| e.into_inner());
-                subs.retain(|tx| changed.iter().all(|obj| tx.send(obj.clone()).is_ok()));
+                subs.retain(|tx| changed.iter().all(|change| tx.send(change.clone()).is_ok()));
             }
         });
         shared
@@ -158,11 +184,91 @@ where
 
     /// Every object that changes from now on (see the type's documentation).
     pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+        self.subscribe_changes().map(|change| change.current)
+    }
+
+    /// Every change from now on, with the state the cache held before it (so a consumer
+    /// can tell what an object left, such as the label selectors it no longer matches).
+    pub fn subscribe_changes(&self) -> impl Stream<Item = Change<K>> + Send + 'static {
         let (tx, rx) = mpsc::unbounded_channel();
         self.subscribers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(tx);
         UnboundedReceiverStream::new(rx)
+    }
+}
+
+/// After a re-list: every object cached now (with its state before, if it was cached
+/// then) and every object that was cached and is gone (as a deletion).
+fn relist_changes<K>(before: Vec<Arc<K>>, now: Vec<Arc<K>>) -> Vec<Change<K>>
+where
+    K: kube::Resource<DynamicType = ()> + 'static,
+{
+    let mut before: std::collections::HashMap<ObjectRef<K>, Arc<K>> = before
+        .into_iter()
+        .map(|object| (ObjectRef::from_obj(object.as_ref()), object))
+        .collect();
+    let mut changes: Vec<Change<K>> = now
+        .into_iter()
+        .map(|current| Change {
+            previous: before.remove(&ObjectRef::from_obj(current.as_ref())),
+            current,
+        })
+        .collect();
+    changes.extend(before.into_values().map(|gone| Change {
+        previous: Some(gone.clone()),
+        current: gone,
+    }));
+    changes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn config_map(name: &str, version: &str) -> Arc<ConfigMap> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "ns", "resourceVersion": version}
+            }))
+            .expect("config map"),
+        )
+    }
+
+    fn version(object: &Option<Arc<ConfigMap>>) -> Option<&str> {
+        object
+            .as_ref()
+            .and_then(|o| o.metadata.resource_version.as_deref())
+    }
+
+    #[test]
+    fn a_relist_pairs_each_object_with_its_state_before_and_reports_the_vanished() {
+        let before = vec![config_map("kept", "1"), config_map("gone", "2")];
+        let now = vec![config_map("kept", "3"), config_map("new", "4")];
+        let mut changes: Vec<(String, Option<&str>, String)> = Vec::new();
+        let relisted = relist_changes(before, now);
+        for change in &relisted {
+            changes.push((
+                change.current.metadata.name.clone().unwrap_or_default(),
+                version(&change.previous),
+                change
+                    .current
+                    .metadata
+                    .resource_version
+                    .clone()
+                    .unwrap_or_default(),
+            ));
+        }
+        changes.sort();
+        assert_eq!(
+            changes,
+            vec![
+                ("gone".to_string(), Some("2"), "2".to_string()),
+                ("kept".to_string(), Some("1"), "3".to_string()),
+                ("new".to_string(), None, "4".to_string()),
+            ]
+        );
     }
 }

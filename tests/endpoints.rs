@@ -297,8 +297,37 @@ async fn services_get_endpoints_and_slices_of_their_pods() {
     })
     .await;
 
-    // Deleting web-a (at once) removes it everywhere.
+    // Relabelling web-a out of the selectors removes it from the Services it left (the
+    // controllers must remember which those were: its new labels match none); labelling
+    // it back brings it back.
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    for (app, want) in [
+        ("elsewhere", set([ep("10.42.0.2", 9090, true)])),
+        (
+            "web",
+            set([ep("10.42.0.1", 8080, true), ep("10.42.0.2", 9090, true)]),
+        ),
+    ] {
+        let relabel = json!({"metadata": {"labels": {"app": app}}});
+        pods.patch("web-a", &PatchParams::default(), &Patch::Merge(&relabel))
+            .await
+            .expect("relabel web-a");
+        wait_for(
+            &format!("web-a labelled app={app} in endpoints"),
+            || async { (endpoints(&client, "web").await? == want).then_some(()) },
+        )
+        .await;
+        wait_for(&format!("web-a labelled app={app} in slices"), || async {
+            let now = slices(&client, "web")
+                .await
+                .iter()
+                .any(|(ip, ..)| ip == "10.42.0.1");
+            (now == (app == "web")).then_some(())
+        })
+        .await;
+    }
+
+    // Deleting web-a (at once) removes it everywhere.
     pods.delete("web-a", &DeleteParams::default().grace_period(0))
         .await
         .expect("delete web-a");

@@ -60,7 +60,7 @@ struct Context {
 }
 
 /// Runs the DaemonSet controller until the process ends.
-pub async fn run(client: kube::Client) {
+pub async fn run(client: kube::Client, pods: super::pods::PodInformer) {
     let daemonsets: Api<DaemonSet> = Api::all(client.clone());
     let controller = Controller::new(daemonsets, watcher::Config::default());
     let store = controller.store();
@@ -69,7 +69,7 @@ pub async fn run(client: kube::Client) {
         client: client.clone(),
     });
     controller
-        .owns(Api::<Pod>::all(client.clone()), watcher::Config::default())
+        .reconcile_on(super::pods::owner_triggers::<DaemonSet>(&pods))
         .watches(
             Api::<Node>::all(client),
             watcher::Config::default(),

@@ -41,9 +41,10 @@ pub(crate) type Key = (String, String);
 pub(crate) const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
 
 /// Runs the Endpoints controller until the process ends.
-pub async fn run(client: kube::Client) {
+pub async fn run(client: kube::Client, pods: super::pods::PodInformer) {
     run_service_queue(
         client,
+        pods,
         "endpoints-controller",
         |client, ns, name| async move { sync(&client, &ns, &name).await },
     )
@@ -81,8 +82,6 @@ impl Queue {
 struct Routing {
     /// Service key → its selector (empty when it has none).
     selectors: HashMap<Key, BTreeMap<String, String>>,
-    /// Pod key → its labels at the last event.
-    pod_labels: HashMap<Key, BTreeMap<String, String>>,
 }
 
 impl Routing {
@@ -98,11 +97,13 @@ impl Routing {
     }
 }
 
-/// Watches Services and Pods and calls `sync(client, namespace, service)` for every
-/// service an event concerns (a service event; a pod whose old or new labels match
-/// the service's selector), one at a time, retrying failures after `RETRY`.
+/// Watches Services, follows the shared pod informer, and calls
+/// `sync(client, namespace, service)` for every service an event concerns (a service
+/// event; a pod whose labels match the service's selector after the change or matched it
+/// before, as the shared cache held it), one at a time, retrying failures after `RETRY`.
 pub(crate) async fn run_service_queue<F, Fut>(
     client: kube::Client,
+    pods: super::pods::PodInformer,
     controller: &'static str,
     sync: F,
 ) where
@@ -148,39 +149,24 @@ pub(crate) async fn run_service_queue<F, Fut>(
         }
     });
 
-    let pods: Api<Pod> = Api::all(client.clone());
     let (q, r) = (queue.clone(), routing);
     tokio::spawn(async move {
-        let mut events = watcher(pods, watcher::Config::default())
-            .default_backoff()
-            .boxed();
-        while let Some(event) = events.next().await {
-            let (pod, deleted) = match event {
-                Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => (p, false),
-                Ok(watcher::Event::Delete(p)) => (p, true),
-                Ok(_) => continue,
-                Err(e) => {
-                    tracing::debug!(controller, error = %e, "pod watch interrupted; it resumes by itself");
-                    continue;
-                }
-            };
-            let (Some(ns), Some(name)) = (pod.metadata.namespace, pod.metadata.name) else {
+        let mut changes = pods.subscribe_changes();
+        while let Some(change) = changes.next().await {
+            let pod = &change.current;
+            let Some(ns) = pod.metadata.namespace.as_deref() else {
                 continue;
             };
-            let labels = pod.metadata.labels.unwrap_or_default();
-            let key = (ns.clone(), name);
+            let labels = [
+                change
+                    .previous
+                    .as_ref()
+                    .and_then(|p| p.metadata.labels.as_ref()),
+                pod.metadata.labels.as_ref(),
+            ];
+            let label_sets: Vec<&BTreeMap<String, String>> = labels.into_iter().flatten().collect();
             let targets = match r.lock() {
-                Ok(mut r) => {
-                    let old = if deleted {
-                        r.pod_labels.remove(&key)
-                    } else {
-                        r.pod_labels.insert(key, labels.clone())
-                    };
-                    match &old {
-                        Some(old) if old != &labels => r.services_for(&ns, &[old, &labels]),
-                        _ => r.services_for(&ns, &[&labels]),
-                    }
-                }
+                Ok(r) => r.services_for(ns, &label_sets),
                 Err(_) => Vec::new(),
             };
             for target in targets {

@@ -36,9 +36,10 @@ pub const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
 const MAX_ENDPOINTS_PER_SLICE: usize = 100;
 
 /// Runs the EndpointSlice controller until the process ends.
-pub async fn run(client: kube::Client) {
+pub async fn run(client: kube::Client, pods: super::pods::PodInformer) {
     run_service_queue(
         client,
+        pods,
         "endpointslice-controller",
         |client, ns, name| async move { sync(&client, &ns, &name).await },
     )

@@ -61,7 +61,7 @@ struct Context {
 }
 
 /// Runs the Job controller until the process ends.
-pub async fn run(client: kube::Client) {
+pub async fn run(client: kube::Client, pods: super::pods::PodInformer) {
     let jobs: Api<Job> = Api::all(client.clone());
     let context = Arc::new(Context {
         recorder: Recorder::new(client.clone(), "job-controller"),
@@ -69,7 +69,7 @@ pub async fn run(client: kube::Client) {
         failures: Mutex::default(),
     });
     Controller::new(jobs, watcher::Config::default())
-        .owns(Api::<Pod>::all(client), watcher::Config::default())
+        .reconcile_on(super::pods::owner_triggers::<Job>(&pods))
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {
             if let Err(e) = result {

@@ -36,6 +36,7 @@ pub mod namespace;
 pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod pod_gc;
+pub mod pods;
 pub mod replicaset;
 pub mod replicationcontroller;
 pub mod root_ca;
@@ -101,22 +102,22 @@ impl Config {
 /// Runs every controller until the process ends.
 pub async fn run(client: kube::Client, config: Config) {
     let namespaces = tokio::spawn(namespace::run(client.clone()));
-    // One pod watch and cache for both replica loops.
-    let replica_pods = replicaset::pod_informer(&client);
-    tokio::spawn(replicaset::run(client.clone(), replica_pods.clone()));
-    tokio::spawn(replicationcontroller::run(client.clone(), replica_pods));
+    // One pod watch and cache for every controller that follows pods.
+    let pods = pods::informer(&client);
+    tokio::spawn(replicaset::run(client.clone(), pods.clone()));
+    tokio::spawn(replicationcontroller::run(client.clone(), pods.clone()));
     tokio::spawn(deployment::run(client.clone()));
-    tokio::spawn(daemonset::run(client.clone()));
-    tokio::spawn(statefulset::run(client.clone()));
-    tokio::spawn(job::run(client.clone()));
+    tokio::spawn(daemonset::run(client.clone(), pods.clone()));
+    tokio::spawn(statefulset::run(client.clone(), pods.clone()));
+    tokio::spawn(job::run(client.clone(), pods.clone()));
     tokio::spawn(cronjob::run(client.clone()));
-    tokio::spawn(endpoints::run(client.clone()));
-    tokio::spawn(endpointslice::run(client.clone()));
+    tokio::spawn(endpoints::run(client.clone(), pods.clone()));
+    tokio::spawn(endpointslice::run(client.clone(), pods.clone()));
     tokio::spawn(serviceaccount::run(client.clone()));
     tokio::spawn(garbage_collector::run(client.clone()));
     tokio::spawn(node_lifecycle::run(client.clone(), config.clone()));
-    tokio::spawn(taint_eviction::run(client.clone()));
-    tokio::spawn(pod_gc::run(client.clone(), config.clone()));
+    tokio::spawn(taint_eviction::run(client.clone(), pods.clone()));
+    tokio::spawn(pod_gc::run(client.clone(), config.clone(), pods));
     if config.allocate_node_cidrs {
         tokio::spawn(node_ipam::run(client.clone(), config.clone()));
     }

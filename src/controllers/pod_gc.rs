@@ -27,6 +27,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use super::Config;
+use super::pods::PodInformer;
 use super::workload::now_time;
 
 /// kube's `gcCheckPeriod`.
@@ -112,18 +113,18 @@ pub fn terminated_to_delete(pods: &[(Key, PodFacts)], threshold: u32) -> Vec<Key
 
 #[derive(Default)]
 struct Observed {
-    pods: HashMap<Key, PodFacts>,
     nodes: HashMap<String, NodeFacts>,
-    pods_synced: bool,
     nodes_synced: bool,
 }
 
-/// Runs the pod GC controller until the process ends.
-pub async fn run(client: kube::Client, config: Config) {
+/// Runs the pod GC controller until the process ends. Pods are read from the controller
+/// manager's shared pod cache at each sweep; nodes from a watch of its own.
+pub async fn run(client: kube::Client, config: Config, pods: PodInformer) {
     let observed: Arc<Mutex<Observed>> = Arc::default();
     let wake = Arc::new(Notify::new());
-    tokio::spawn(watch_pods(client.clone(), observed.clone(), wake.clone()));
+    tokio::spawn(follow_pods(pods.clone(), wake.clone()));
     tokio::spawn(watch_nodes(client.clone(), observed.clone(), wake.clone()));
+    pods.wait_until_ready().await;
     let quarantine = config.node_monitor_grace_period;
     // Pod → when it was first seen bound to a missing node.
     let mut orphaned_since: HashMap<Key, Instant> = HashMap::new();
@@ -137,17 +138,20 @@ pub async fn run(client: kube::Client, config: Config) {
             _ = tokio::time::sleep(sleep) => {}
             _ = wake.notified() => tokio::time::sleep(SWEEP_DEBOUNCE).await,
         }
-        let snapshot = match observed.lock() {
-            Ok(o) if o.pods_synced && o.nodes_synced => {
-                let pods: Vec<(Key, PodFacts)> =
-                    o.pods.iter().map(|(k, f)| (k.clone(), f.clone())).collect();
-                Some((pods, o.nodes.clone()))
-            }
-            _ => None,
+        let nodes = match observed.lock() {
+            Ok(o) if o.nodes_synced => o.nodes.clone(),
+            _ => continue,
         };
-        let Some((pods, nodes)) = snapshot else {
-            continue;
-        };
+        let pods: Vec<(Key, PodFacts)> = pods
+            .store()
+            .state()
+            .iter()
+            .filter_map(|pod| {
+                let ns = pod.metadata.namespace.clone()?;
+                let name = pod.metadata.name.clone()?;
+                Some(((ns, name), PodFacts::of(pod)))
+            })
+            .collect();
         sweep(
             &client,
             &config,
@@ -294,58 +298,13 @@ async fn force_delete(
     }
 }
 
-async fn watch_pods(client: kube::Client, observed: Arc<Mutex<Observed>>, wake: Arc<Notify>) {
-    let api: Api<Pod> = Api::all(client);
-    let mut events = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut listing = HashMap::new();
-    while let Some(event) = events.next().await {
-        let Ok(mut o) = observed.lock() else { return };
-        let relevant = match event {
-            Ok(Event::Init) => {
-                listing.clear();
-                false
-            }
-            Ok(Event::InitApply(pod)) => {
-                if let (Some(ns), Some(name)) =
-                    (pod.metadata.namespace.clone(), pod.metadata.name.clone())
-                {
-                    listing.insert((ns, name), PodFacts::of(&pod));
-                }
-                false
-            }
-            Ok(Event::InitDone) => {
-                o.pods = std::mem::take(&mut listing);
-                o.pods_synced = true;
-                true
-            }
-            Ok(Event::Apply(pod)) => {
-                let (Some(ns), Some(name)) =
-                    (pod.metadata.namespace.clone(), pod.metadata.name.clone())
-                else {
-                    continue;
-                };
-                let facts = PodFacts::of(&pod);
-                let relevant = facts.terminated() || facts.terminating;
-                let previous = o.pods.insert((ns, name), facts.clone());
-                relevant && previous.as_ref() != Some(&facts)
-            }
-            Ok(Event::Delete(pod)) => {
-                if let (Some(ns), Some(name)) =
-                    (pod.metadata.namespace.clone(), pod.metadata.name.clone())
-                {
-                    o.pods.remove(&(ns, name));
-                }
-                false
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "pod watch interrupted; it resumes by itself");
-                false
-            }
-        };
-        drop(o);
-        if relevant {
+/// Wakes the sweep when a pod changes in a way a sweep acts on (it terminated, or is
+/// terminating); sweeps are debounced, so a burst of such changes costs one.
+async fn follow_pods(pods: PodInformer, wake: Arc<Notify>) {
+    let mut changes = pods.subscribe();
+    while let Some(pod) = changes.next().await {
+        let facts = PodFacts::of(&pod);
+        if facts.terminated() || facts.terminating {
             wake.notify_one();
         }
     }

@@ -10,8 +10,8 @@
 //! readyReplicas, availableReplicas (minReadySeconds) and observedGeneration, written
 //! through `/status`. `SuccessfulCreate` / `SuccessfulDelete` events are recorded.
 //!
-//! Pods are read from one shared pod cache ([`crate::informer::Shared`], one watch for
-//! the ReplicaSet and ReplicationController loops), never listed per reconcile: a
+//! Pods are read from the controller manager's shared pod cache ([`super::pods`], one
+//! watch for every controller that follows pods), never listed per reconcile: a
 //! 5,000-pod ReplicaSet is reconciled on every pod event, and a LIST of 5,000 pods
 //! each time was what made creating them slow. Creates and deletes are remembered as
 //! "expectations" until the cache shows them, so a cache that lags behind our own
@@ -96,30 +96,7 @@ struct Expectation {
 }
 
 /// The shared pod cache the replica loops read.
-pub type PodInformer = crate::informer::Shared<Pod>;
-
-/// Starts the pod watch the replica loops share.
-pub fn pod_informer(client: &kube::Client) -> PodInformer {
-    crate::informer::Shared::spawn(
-        Api::all(client.clone()),
-        watcher::Config::default(),
-        "replica-controllers",
-        prune_pod,
-    )
-}
-
-/// Keeps of a cached pod only what the replica loops read: metadata without managed
-/// fields, `spec.nodeName` and the status. The containers, volumes and managed fields
-/// of 10,000 cached pods were 250 MB of the server's heap.
-fn prune_pod(pod: &mut Pod) {
-    crate::informer::drop_managed_fields(pod);
-    if let Some(spec) = pod.spec.as_mut() {
-        *spec = k8s_openapi::api::core::v1::PodSpec {
-            node_name: spec.node_name.take(),
-            ..Default::default()
-        };
-    }
-}
+pub type PodInformer = super::pods::PodInformer;
 
 struct Context {
     client: kube::Client,

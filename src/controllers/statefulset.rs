@@ -55,14 +55,14 @@ struct Context {
 }
 
 /// Runs the StatefulSet controller until the process ends.
-pub async fn run(client: kube::Client) {
+pub async fn run(client: kube::Client, pods: super::pods::PodInformer) {
     let sets: Api<StatefulSet> = Api::all(client.clone());
     let context = Arc::new(Context {
         recorder: Recorder::new(client.clone(), "statefulset-controller"),
         client: client.clone(),
     });
     Controller::new(sets, watcher::Config::default())
-        .owns(Api::<Pod>::all(client), watcher::Config::default())
+        .reconcile_on(super::pods::owner_triggers::<StatefulSet>(&pods))
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {
             if let Err(e) = result {

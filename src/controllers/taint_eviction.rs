@@ -23,6 +23,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::events::{EventType, Recorder};
+use super::pods::PodInformer;
 use super::workload::now_time;
 use crate::scheduler::framework::tolerates;
 
@@ -113,10 +114,10 @@ impl State {
 }
 
 /// Runs the taint eviction controller until the process ends.
-pub async fn run(client: kube::Client) {
+pub async fn run(client: kube::Client, pods: PodInformer) {
     let (tx, mut rx) = mpsc::unbounded_channel::<(Work, Option<StateChange>)>();
     tokio::spawn(watch_nodes(client.clone(), tx.clone()));
-    tokio::spawn(watch_pods(client.clone(), tx));
+    tokio::spawn(follow_pods(pods, tx));
     let recorder = Recorder::new(client.clone(), "taint-eviction-controller");
     let mut state = State::default();
     loop {
@@ -368,44 +369,23 @@ async fn watch_nodes(client: kube::Client, tx: mpsc::UnboundedSender<(Work, Opti
     }
 }
 
-async fn watch_pods(client: kube::Client, tx: mpsc::UnboundedSender<(Work, Option<StateChange>)>) {
-    let api: Api<Pod> = Api::all(client);
-    let config = watcher::Config::default().fields("spec.nodeName!=");
-    let mut events = watcher::watcher(api, config).default_backoff().boxed();
+/// Follows the controller manager's shared pod informer: bound pods that are not
+/// terminating are tracked with their tolerations; the rest are forgotten.
+async fn follow_pods(pods: PodInformer, tx: mpsc::UnboundedSender<(Work, Option<StateChange>)>) {
+    let mut changes = pods.subscribe();
     let mut known: HashSet<Key> = HashSet::new();
-    let mut listed: HashSet<Key> = HashSet::new();
-    while let Some(event) = events.next().await {
-        let (pod, gone) = match event {
-            Ok(Event::Init) => {
-                listed.clear();
-                continue;
-            }
-            Ok(Event::InitDone) => {
-                let stale: Vec<Key> = known.difference(&listed).cloned().collect();
-                for key in stale {
-                    known.remove(&key);
-                    let _ = tx.send((Work::Pod(key.clone()), Some(StateChange::PodGone(key))));
-                }
-                continue;
-            }
-            Ok(Event::InitApply(p)) | Ok(Event::Apply(p)) => (p, false),
-            Ok(Event::Delete(p)) => (p, true),
-            Err(e) => {
-                tracing::debug!(error = %e, "pod watch interrupted; it resumes by itself");
-                continue;
-            }
-        };
+    while let Some(pod) = changes.next().await {
         let (Some(ns), Some(name)) = (pod.metadata.namespace.clone(), pod.metadata.name.clone())
         else {
             continue;
         };
         let key = (ns, name);
-        listed.insert(key.clone());
         let node = pod
             .spec
             .as_ref()
             .and_then(|s| s.node_name.clone())
             .unwrap_or_default();
+        let gone = !super::pods::is_current(&pods, &pod);
         let change = if gone || pod.metadata.deletion_timestamp.is_some() || node.is_empty() {
             if !known.remove(&key) {
                 continue;
