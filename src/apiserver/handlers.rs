@@ -1068,6 +1068,13 @@ pub enum Prepared {
     Unchanged(Bytes),
 }
 
+/// The object an update starts from: its JSON with `metadata.resourceVersion` set, and
+/// the revision a compare-and-swap must find.
+struct Current {
+    bytes: Bytes,
+    mod_revision: i64,
+}
+
 /// Reads the current object, lets `change` produce the new one, then stores it with
 /// compare-and-swap (retrying on races when the caller did not pin a version).
 pub async fn update_with<F>(
@@ -1100,16 +1107,35 @@ where
     let key = key_of(target);
     let dry_run = query.dry_run()?;
     let status_only = target.subresource.as_deref() == Some("status");
-    for _attempt in 0..16 {
-        let Some(current) = state
-            .store
-            .get(key.as_bytes())
-            .await
-            .map_err(store_err(info, &name))?
-        else {
-            return Err(ApiError::not_found(&info.group, &info.plural, &name));
+    for attempt in 0..16 {
+        // The first try of an update the client did not pin reads the watch cache instead
+        // of SQLite: a copy that lags the store only makes the compare-and-swap below fail,
+        // and the retry reads the store. A pinned update always reads the store, so a lagging
+        // cache never answers a current resourceVersion with a Conflict.
+        let cached = if attempt == 0 && !pinned_by_client {
+            state.cache.get(&key)
+        } else {
+            None
         };
-        let mut old = parse(&current.value)?;
+        let current = match cached {
+            Some(object) => Current {
+                bytes: object.bytes,
+                mod_revision: object.revision,
+            },
+            None => match state
+                .store
+                .get(key.as_bytes())
+                .await
+                .map_err(store_err(info, &name))?
+            {
+                Some(kv) => Current {
+                    bytes: stored_to_response(&kv),
+                    mod_revision: kv.mod_revision,
+                },
+                None => return Err(ApiError::not_found(&info.group, &info.plural, &name)),
+            },
+        };
+        let mut old = parse(&current.bytes)?;
         metadata_mut(&mut old).insert(
             "resourceVersion".into(),
             json!(current.mod_revision.to_string()),
@@ -1208,7 +1234,7 @@ where
         remove_resource_version(&mut old);
         if new == old {
             // No-op updates keep the resourceVersion (as kube-apiserver does).
-            return Ok(json_response(StatusCode::OK, stored_to_response(&current)));
+            return Ok(json_response(StatusCode::OK, current.bytes));
         }
         let stored = serde_json::to_vec(&new).unwrap_or_default();
         match state
