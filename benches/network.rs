@@ -145,10 +145,16 @@ async fn dns_rate(services: usize, duration: Duration) -> DnsRates {
         })
         .collect();
     let view = View::build("cluster.local", &svcs, &Vec::<EndpointSlice>::new(), 1);
-    let port = std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("free port")
-        .port();
+    // The server listens on UDP and TCP: take a port free for both (a free UDP port may
+    // be taken for TCP, which made a run fail now and then).
+    let port = (0..100)
+        .find_map(|_| {
+            let tcp = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+            let port = tcp.local_addr().ok()?.port();
+            std::net::UdpSocket::bind(("127.0.0.1", port)).ok()?;
+            Some(port)
+        })
+        .expect("a port free for UDP and TCP");
     let listen = format!("127.0.0.1:{port}").parse().expect("addr");
     let config = Arc::new(dns::Config {
         listen: vec![listen],
