@@ -298,13 +298,19 @@ async fn force_delete(
     }
 }
 
-/// Wakes the sweep when a pod changes in a way a sweep acts on (it terminated, or is
-/// terminating); sweeps are debounced, so a burst of such changes costs one.
+/// Wakes the sweep when a pod changes in a way a sweep acts on (it became terminated,
+/// or terminating); sweeps are debounced, so a burst of such changes costs one. Other
+/// writes to an already terminated pod (its status, its labels) do not wake it: a
+/// sweep would find nothing new.
 async fn follow_pods(pods: PodInformer, wake: Arc<Notify>) {
-    let mut changes = pods.subscribe();
-    while let Some(pod) = changes.next().await {
-        let facts = PodFacts::of(&pod);
-        if facts.terminated() || facts.terminating {
+    let mut changes = pods.subscribe_changes();
+    while let Some(change) = changes.next().await {
+        let facts = PodFacts::of(&change.current);
+        if !(facts.terminated() || facts.terminating) {
+            continue;
+        }
+        let before = change.previous.as_deref().map(PodFacts::of);
+        if before.as_ref() != Some(&facts) {
             wake.notify_one();
         }
     }
