@@ -1167,13 +1167,17 @@ where
                 "the name of the object ({new_name}) does not match the name on the URL ({name})"
             )));
         }
-        // A binding sets spec.nodeName and the PodScheduled condition together.
-        if target.subresource.as_deref() == Some("binding") {
+        // A binding sets spec.nodeName and the PodScheduled condition together, on the
+        // stored pod as it is: like Kubernetes' BindingREST (a storage-level update), it
+        // does not run the pod's defaulting, validation, admission or field ownership
+        // again. The scheduler binds every pod, so that work would be paid per pod.
+        let binding = target.subresource.as_deref() == Some("binding");
+        if binding {
             metadata_mut(&mut new);
         } else {
             merge_for_update(info, &old, &mut new, status_only);
         }
-        if !status_only {
+        if !status_only && !binding {
             objects::apply_defaults(info, &mut new);
             if tracks_generation(info) && spec_changed(&old, &new) {
                 let generation = old
@@ -1188,8 +1192,10 @@ where
                 return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
             }
         }
-        super::admission::on_update(state, info, &old, &mut new).await?;
-        if !owned {
+        if !binding {
+            super::admission::on_update(state, info, &old, &mut new).await?;
+        }
+        if !owned && !binding {
             let manager = super::apply::manager(query, user_agent)?;
             super::apply::record(
                 info,
