@@ -519,13 +519,29 @@ pub fn preferred_affinity_score(pod: &Pod, node: &Node) -> i64 {
 // ---------------------------------------------------------------------------------
 // The cache and the algorithm.
 
+/// One node as the filters and scores read it: the object, its parsed allocatable, and
+/// the pods accounted on it, together, so that a search visiting hundreds of nodes per
+/// pod reads each by position instead of hashing its name into several maps.
+pub struct NodeInfo {
+    pub name: String,
+    pub node: Arc<Node>,
+    /// Parsed `status.allocatable`.
+    allocatable: Resources,
+    /// Its pod capacity (`status.allocatable.pods`).
+    allowed_pods: i64,
+    pub usage: NodeUsage,
+}
+
 /// Nodes and the pods bound to them.
 #[derive(Default)]
 pub struct Cache {
-    pub nodes: BTreeMap<String, Arc<Node>>,
-    /// Parsed `status.allocatable` of each node, and its pod capacity.
-    allocatable: HashMap<String, (Resources, i64)>,
-    usage: HashMap<String, NodeUsage>,
+    /// Every node, sorted by name (the order partial searches go round).
+    nodes: Vec<NodeInfo>,
+    /// Node name → position in `nodes`.
+    node_index: HashMap<String, usize>,
+    /// Pods accounted on nodes the cache does not know (bound before their node was
+    /// seen, or after it was deleted); moved onto the node when it appears.
+    orphan_usage: HashMap<String, NodeUsage>,
     /// pod key → where it is accounted.
     assigned: HashMap<String, Arc<PodInfo>>,
     /// Keys of accounted pods that carry inter-pod (anti-)affinity terms: the only
@@ -582,27 +598,69 @@ pub fn feasible_nodes_to_find(all: usize) -> usize {
 }
 
 impl Cache {
+    /// Records a node (new, or a new state of a known one); true when what scheduling
+    /// reads of it changed.
     pub fn set_node(&mut self, node: Node) -> bool {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let changed = match self.nodes.get(&name) {
-            Some(old) => {
-                old.metadata.labels != node.metadata.labels
-                    || old.spec != node.spec
-                    || old.status.as_ref().and_then(|s| s.allocatable.as_ref())
-                        != node.status.as_ref().and_then(|s| s.allocatable.as_ref())
-            }
-            None => true,
-        };
         let list = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
-        let pods = list
+        let allowed_pods = list
             .and_then(|m| m.get("pods"))
             .map(|q| amount("pods", q))
             .unwrap_or(0);
-        self.allocatable
-            .insert(name.clone(), (Resources::from_list(list), pods));
+        let allocatable = Resources::from_list(list);
         self.images.set_node(&node);
-        self.nodes.insert(name, Arc::new(node));
-        changed
+        let node = Arc::new(node);
+        if let Some(&i) = self.node_index.get(&name) {
+            let info = &mut self.nodes[i];
+            let old = &info.node;
+            let changed = old.metadata.labels != node.metadata.labels
+                || old.spec != node.spec
+                || old.status.as_ref().and_then(|s| s.allocatable.as_ref())
+                    != node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+            info.node = node;
+            info.allocatable = allocatable;
+            info.allowed_pods = allowed_pods;
+            return changed;
+        }
+        let usage = self.orphan_usage.remove(&name).unwrap_or_default();
+        let at = self.nodes.partition_point(|n| n.name < name);
+        self.nodes.insert(
+            at,
+            NodeInfo {
+                name,
+                node,
+                allocatable,
+                allowed_pods,
+                usage,
+            },
+        );
+        self.reindex_from(at);
+        true
+    }
+
+    /// Points the index at the nodes from position `from` on, after an insert or removal.
+    fn reindex_from(&mut self, from: usize) {
+        for (i, info) in self.nodes.iter().enumerate().skip(from) {
+            match self.node_index.get_mut(&info.name) {
+                Some(slot) => *slot = i,
+                None => {
+                    self.node_index.insert(info.name.clone(), i);
+                }
+            }
+        }
+    }
+
+    /// Every node, in name order.
+    pub fn nodes(&self) -> impl Iterator<Item = &NodeInfo> {
+        self.nodes.iter()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn node(&self, name: &str) -> Option<&Arc<Node>> {
+        self.node_index.get(name).map(|&i| &self.nodes[i].node)
     }
 
     /// Records a namespace's labels; true when they changed.
@@ -629,21 +687,23 @@ impl Cache {
             .map(|p| p.as_ref())
     }
 
-    fn allocatable_of(&self, node: &Node) -> (&Resources, i64) {
-        static NONE: std::sync::OnceLock<Resources> = std::sync::OnceLock::new();
-        match self
-            .allocatable
-            .get(node.metadata.name.as_deref().unwrap_or_default())
-        {
-            Some((r, pods)) => (r, *pods),
-            None => (NONE.get_or_init(Resources::default), 0),
+    pub fn remove_node(&mut self, name: &str) {
+        self.images.remove_node(name);
+        let Some(at) = self.node_index.remove(name) else {
+            return;
+        };
+        let info = self.nodes.remove(at);
+        if !info.usage.pods.is_empty() {
+            self.orphan_usage.insert(info.name, info.usage);
         }
+        self.reindex_from(at);
     }
 
-    pub fn remove_node(&mut self, name: &str) {
-        self.nodes.remove(name);
-        self.allocatable.remove(name);
-        self.images.remove_node(name);
+    fn usage_mut(&mut self, node: &str) -> &mut NodeUsage {
+        match self.node_index.get(node) {
+            Some(&i) => &mut self.nodes[i].usage,
+            None => self.orphan_usage.entry(node.to_string()).or_default(),
+        }
     }
 
     /// Accounts `pod` on `info.node`, replacing what was accounted for it before.
@@ -653,10 +713,7 @@ impl Cache {
         if info.affinity.is_some() {
             self.with_affinity.insert(key.to_string());
         }
-        self.usage
-            .entry(info.node.clone())
-            .or_default()
-            .add(key, info.clone());
+        self.usage_mut(&info.node).add(key, info.clone());
         self.assigned.insert(key.to_string(), info);
     }
 
@@ -665,10 +722,15 @@ impl Cache {
             return false;
         };
         self.with_affinity.remove(key);
-        if let Some(usage) = self.usage.get_mut(&info.node) {
-            usage.remove(key);
-            if usage.pods.is_empty() {
-                self.usage.remove(&info.node);
+        match self.node_index.get(&info.node) {
+            Some(&i) => self.nodes[i].usage.remove(key),
+            None => {
+                if let Some(usage) = self.orphan_usage.get_mut(&info.node) {
+                    usage.remove(key);
+                    if usage.pods.is_empty() {
+                        self.orphan_usage.remove(&info.node);
+                    }
+                }
             }
         }
         true
@@ -698,19 +760,19 @@ impl Cache {
         stale.len()
     }
 
+    /// The pods accounted on `node`.
     pub fn usage(&self, node: &str) -> Option<&NodeUsage> {
-        self.usage.get(node)
+        match self.node_index.get(node) {
+            Some(&i) => Some(&self.nodes[i].usage),
+            None => self.orphan_usage.get(node),
+        }
     }
 
     /// Runs the filters in kube-scheduler's plugin order, stopping at the first that
     /// fails: NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts,
     /// NodeResourcesFit.
-    fn filter(
-        &self,
-        c: &Candidate,
-        node: &Node,
-        usage: Option<&NodeUsage>,
-    ) -> Result<(), NodeFailure> {
+    fn filter(&self, c: &Candidate, info: &NodeInfo) -> Result<(), NodeFailure> {
+        let (node, usage) = (info.node.as_ref(), &info.usage);
         let spec = node.spec.as_ref();
         if spec.and_then(|s| s.unschedulable).unwrap_or(false) {
             let taint = Taint {
@@ -737,10 +799,7 @@ impl Cache {
             return Err(NodeFailure::unresolvable(REASON_AFFINITY));
         }
         if !c.ports.is_empty() {
-            let used = usage
-                .into_iter()
-                .flat_map(|u| u.pods.values())
-                .flat_map(|p| &p.ports);
+            let used = usage.pods.values().flat_map(|p| &p.ports);
             let mut conflict = false;
             for u in used {
                 if c.ports.iter().any(|p| p.conflicts(u)) {
@@ -756,10 +815,8 @@ impl Cache {
             }
         }
         let mut reasons = Vec::new();
-        let (allocatable, allowed_pods) = self.allocatable_of(node);
-        let empty = NodeUsage::default();
-        let usage = usage.unwrap_or(&empty);
-        if usage.pods.len() as i64 + 1 > allowed_pods {
+        let allocatable = &info.allocatable;
+        if usage.pods.len() as i64 + 1 > info.allowed_pods {
             reasons.push(REASON_TOO_MANY_PODS.to_string());
         }
         let fixed = ["cpu", "memory", "ephemeral-storage"].into_iter();
@@ -786,13 +843,18 @@ impl Cache {
 
     /// Scores a feasible node: least-allocated + balanced allocation (cpu, memory,
     /// weight 1 each, 0–100), before the normalized scores are added.
-    fn resource_score(&self, c: &Candidate, node: &Node, usage: Option<&NodeUsage>) -> i64 {
-        let (allocatable, _) = self.allocatable_of(node);
-        let mut requested = usage.map(|u| u.non_zero.clone()).unwrap_or_default();
-        requested.add(&c.non_zero);
+    fn resource_score(c: &Candidate, info: &NodeInfo) -> i64 {
+        let allocatable = &info.allocatable;
+        let used = &info.usage.non_zero;
         let pairs = [
-            (requested.milli_cpu, allocatable.milli_cpu),
-            (requested.memory, allocatable.memory),
+            (
+                used.milli_cpu.saturating_add(c.non_zero.milli_cpu),
+                allocatable.milli_cpu,
+            ),
+            (
+                used.memory.saturating_add(c.non_zero.memory),
+                allocatable.memory,
+            ),
         ];
         // LeastAllocated.
         let least: i64 = pairs
@@ -849,8 +911,7 @@ impl Cache {
             affinity: PodAffinity::of(pod),
             spread: Constraints::of(pod, spreading_controller(pod)),
         };
-        let nodes: Vec<(&String, &Arc<Node>)> = self.nodes.iter().collect();
-        let total = nodes.len();
+        let total = self.nodes.len();
         if total == 0 {
             return Err(self.fit_error(&c, Vec::new()));
         }
@@ -859,25 +920,24 @@ impl Cache {
         let interpod_filter = interpod::FilterState::new(self, &incoming);
         let want = feasible_nodes_to_find(total);
         let start = self.next_start % total;
-        let mut feasible: Vec<(&String, &Node, Option<&NodeUsage>)> = Vec::new();
+        let mut feasible: Vec<&NodeInfo> = Vec::with_capacity(want);
         let mut failures: Vec<(&String, NodeFailure)> = Vec::new();
         let mut processed = 0;
         for i in 0..total {
-            let (name, node) = nodes[(start + i) % total];
+            let info = &self.nodes[(start + i) % total];
             processed += 1;
-            let usage = self.usage.get(name);
             let verdict = self
-                .filter(&c, node, usage)
-                .and_then(|()| spread_filter.filter(&c.spread.hard, node))
-                .and_then(|()| interpod_filter.filter(&incoming, node));
+                .filter(&c, info)
+                .and_then(|()| spread_filter.filter(&c.spread.hard, &info.node))
+                .and_then(|()| interpod_filter.filter(&incoming, &info.node));
             match verdict {
                 Ok(()) => {
-                    feasible.push((name, node, usage));
+                    feasible.push(info);
                     if feasible.len() >= want {
                         break;
                     }
                 }
-                Err(f) => failures.push((name, f)),
+                Err(f) => failures.push((&info.name, f)),
             }
         }
         let next_start = (start + processed) % total;
@@ -887,15 +947,15 @@ impl Cache {
             return Err(err);
         }
         if feasible.len() == 1 {
-            let name = feasible[0].0.clone();
+            let name = feasible[0].name.clone();
             self.next_start = next_start;
             return Ok(name);
         }
         let scores = self.scores(&c, &incoming, &feasible);
         let mut best: Option<(&String, i64)> = None;
         let mut ties = 0u64;
-        for (i, (name, _, _)) in feasible.iter().enumerate() {
-            let score = scores[i];
+        for (i, info) in feasible.iter().enumerate() {
+            let (name, score) = (&info.name, scores[i]);
             match best {
                 Some((_, s)) if s > score => {}
                 Some((_, s)) if s == score => {
@@ -920,15 +980,10 @@ impl Cache {
     }
 
     /// The weighted total score of each feasible node.
-    fn scores(
-        &self,
-        c: &Candidate,
-        incoming: &Incoming,
-        feasible: &[(&String, &Node, Option<&NodeUsage>)],
-    ) -> Vec<i64> {
+    fn scores(&self, c: &Candidate, incoming: &Incoming, feasible: &[&NodeInfo]) -> Vec<i64> {
         let mut total: Vec<i64> = feasible
             .iter()
-            .map(|(_, node, usage)| self.resource_score(c, node, *usage))
+            .map(|info| Self::resource_score(c, info))
             .collect();
         let mut add = |weight: i64, normalized: Vec<i64>| {
             for (t, s) in total.iter_mut().zip(normalized) {
@@ -938,7 +993,7 @@ impl Cache {
         // NodeAffinity (preferred terms), normalized to the best node.
         let affinity: Vec<i64> = feasible
             .iter()
-            .map(|(_, n, _)| preferred_affinity_score(c.pod, n))
+            .map(|info| preferred_affinity_score(c.pod, &info.node))
             .collect();
         let max_affinity = affinity.iter().copied().max().unwrap_or(0);
         if max_affinity > 0 {
@@ -947,8 +1002,9 @@ impl Cache {
         // TaintToleration: fewer untolerated PreferNoSchedule taints is better.
         let intolerable: Vec<i64> = feasible
             .iter()
-            .map(|(_, n, _)| {
-                n.spec
+            .map(|info| {
+                info.node
+                    .spec
                     .as_ref()
                     .and_then(|s| s.taints.as_deref())
                     .unwrap_or(&[])
@@ -978,22 +1034,25 @@ impl Cache {
                 1,
                 feasible
                     .iter()
-                    .map(|(name, _, _)| self.images.score(c.pod, name, all))
+                    .map(|info| self.images.score(c.pod, &info.name, all))
                     .collect(),
             );
         }
         // InterPodAffinity (preferred terms, both directions).
         if let Some(state) = interpod::ScoreState::new(self, incoming) {
-            let raw: Vec<i64> = feasible.iter().map(|(_, n, _)| state.score(n)).collect();
+            let raw: Vec<i64> = feasible
+                .iter()
+                .map(|info| state.score(&info.node))
+                .collect();
             add(2, interpod::normalize(&raw));
         }
         // PodTopologySpread (ScheduleAnyway and the system defaults).
-        let nodes: Vec<&Node> = feasible.iter().map(|(_, n, _)| *n).collect();
+        let nodes: Vec<&Node> = feasible.iter().map(|info| info.node.as_ref()).collect();
         if let Some(state) = spread::ScoreState::new(self, c.pod, c.tolerations, &c.spread, &nodes)
         {
             let raw: Vec<Option<i64>> = feasible
                 .iter()
-                .map(|(name, n, _)| state.score(self, c.namespace, name, n))
+                .map(|info| state.score(c.namespace, info))
                 .collect();
             add(2, spread::normalize(&raw));
         }
@@ -1017,8 +1076,7 @@ impl Cache {
                         return vec![PREEMPTION_NOT_HELPFUL.to_string()];
                     }
                     let victims = self
-                        .usage
-                        .get(*name)
+                        .usage(name)
                         .is_some_and(|u| u.pods.values().any(|p| p.priority < c.priority));
                     if victims {
                         f.reasons.clone()
@@ -1338,6 +1396,58 @@ mod tests {
             cache.find_node(&q, &mut rng()).expect_err("full").filter,
             vec![vec![REASON_TOO_MANY_PODS.to_string()]]
         );
+    }
+
+    #[test]
+    fn pods_stay_accounted_while_their_node_comes_and_goes() {
+        let mut cache = Cache::default();
+        let small = |name: &str| plain_node(name, "1", "1Gi");
+        for name in ["c", "a", "d"] {
+            cache.set_node(small(name));
+        }
+        let p = pod(
+            json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": {"containers": [
+            {"name": "a", "resources": {"requests": {"cpu": "600m"}}}]}}),
+        );
+        // Bound to a node the cache has not seen yet.
+        cache.add_pod("ns/p", PodInfo::new(&p, "b", true));
+        assert_eq!(cache.usage("b").map(|u| u.requested.milli_cpu), Some(600));
+        cache.set_node(small("b"));
+        let names: Vec<&str> = cache.nodes().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "d"]);
+        for name in names {
+            assert_eq!(
+                cache.node(name).and_then(|n| n.metadata.name.as_deref()),
+                Some(name)
+            );
+        }
+        assert_eq!(cache.usage("b").map(|u| u.requested.milli_cpu), Some(600));
+        // A second 600m pod fits anywhere but on b.
+        let q = pod(
+            json!({"metadata": {"name": "q", "namespace": "ns"}, "spec": {"containers": [
+            {"name": "a", "resources": {"requests": {"cpu": "600m"}}}]}}),
+        );
+        for _ in 0..8 {
+            assert_ne!(cache.find_node(&q, &mut rng()).expect("fits"), "b");
+        }
+        // The node goes away and comes back: the pod is still accounted on it.
+        cache.remove_node("a");
+        cache.remove_node("b");
+        assert!(cache.node("b").is_none());
+        assert_eq!(cache.node_count(), 2);
+        assert_eq!(cache.usage("b").map(|u| u.pods.len()), Some(1));
+        assert_eq!(
+            cache.node("d").and_then(|n| n.metadata.name.as_deref()),
+            Some("d")
+        );
+        cache.set_node(small("b"));
+        assert_eq!(cache.usage("b").map(|u| u.requested.milli_cpu), Some(600));
+        assert!(cache.remove_pod("ns/p"));
+        assert_eq!(cache.usage("b").map(|u| u.pods.len()), Some(0));
+        // Removing a pod on an unknown node forgets that node's usage entirely.
+        cache.add_pod("ns/p", PodInfo::new(&p, "gone", true));
+        assert!(cache.remove_pod("ns/p"));
+        assert!(cache.usage("gone").is_none());
     }
 
     fn zoned(name: &str, zone: Option<&str>) -> Node {

@@ -183,7 +183,7 @@ impl FilterState {
             let Some(terms) = info.affinity.as_deref() else {
                 continue;
             };
-            let Some(node) = cache.nodes.get(&info.node) else {
+            let Some(node) = cache.node(&info.node) else {
                 continue;
             };
             for t in &terms.required_anti_affinity {
@@ -204,7 +204,7 @@ impl FilterState {
             .unwrap_or(&[]);
         if !required_affinity.is_empty() || !required_anti.is_empty() {
             for info in cache.all_pods() {
-                let Some(node) = cache.nodes.get(&info.node) else {
+                let Some(node) = cache.node(&info.node) else {
                     continue;
                 };
                 if !required_affinity.is_empty()
@@ -336,7 +336,7 @@ impl ScoreState {
             Box::new(cache.pods_with_affinity())
         };
         for info in candidates {
-            let Some(node) = cache.nodes.get(&info.node) else {
+            let Some(node) = cache.node(&info.node) else {
                 continue;
             };
             seen_any = true;

@@ -392,10 +392,9 @@ async fn watch_nodes(shared: Arc<Shared>) {
                 if let Some(seen) = relist.take() {
                     let gone: Vec<String> = st
                         .cache
-                        .nodes
-                        .keys()
-                        .filter(|n| !seen.contains(*n))
-                        .cloned()
+                        .nodes()
+                        .filter(|n| !seen.contains(&n.name))
+                        .map(|n| n.name.clone())
                         .collect();
                     for n in gone {
                         st.cache.remove_node(&n);

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
 
-use super::framework::{Cache, NodeFailure, matches_node_affinity, tolerates};
+use super::framework::{Cache, NodeFailure, NodeInfo, NodeUsage, matches_node_affinity, tolerates};
 use super::labels::Selector;
 
 pub const REASON_SPREAD: &str = "node(s) didn't match pod topology spread constraints";
@@ -66,10 +66,7 @@ impl Constraint {
     }
 
     /// Matching pods on one node.
-    fn count_on(&self, cache: &Cache, node: &str, namespace: &str) -> i64 {
-        let Some(usage) = cache.usage(node) else {
-            return 0;
-        };
+    fn count_on(&self, usage: &NodeUsage, namespace: &str) -> i64 {
         match &self.counted {
             Counted::SameController(uid) => usage.controlled_by(uid),
             Counted::Selector(s) => usage
@@ -175,7 +172,8 @@ impl FilterState {
         if constraints.is_empty() {
             return FilterState { counts };
         }
-        for (name, node) in &cache.nodes {
+        for info in cache.nodes() {
+            let node = info.node.as_ref();
             if !has_all_keys(node, constraints) {
                 continue;
             }
@@ -186,7 +184,7 @@ impl FilterState {
                 let Some(value) = label(node, &c.topology_key) else {
                     continue;
                 };
-                *counts[i].entry(value.clone()).or_default() += c.count_on(cache, name, namespace);
+                *counts[i].entry(value.clone()).or_default() += c.count_on(&info.usage, namespace);
             }
         }
         FilterState { counts }
@@ -271,7 +269,8 @@ impl<'c> ScoreState<'c> {
             .collect();
         let any_domain_key = soft.iter().any(|c| c.topology_key != LABEL_HOSTNAME);
         if any_domain_key {
-            for (name, node) in &cache.nodes {
+            for info in cache.nodes() {
+                let node = info.node.as_ref();
                 if require_all_keys && !has_all_keys(node, soft) {
                     continue;
                 }
@@ -283,7 +282,7 @@ impl<'c> ScoreState<'c> {
                         continue;
                     };
                     if let Some(n) = pair_counts[i].get_mut(v) {
-                        *n += c.count_on(cache, name, namespace);
+                        *n += c.count_on(&info.usage, namespace);
                     }
                 }
             }
@@ -298,7 +297,8 @@ impl<'c> ScoreState<'c> {
 
     /// The raw score of a feasible node; `None` for a node kube ignores (missing a
     /// topology key the pod's own constraints need).
-    pub fn score(&self, cache: &Cache, namespace: &str, name: &str, node: &Node) -> Option<i64> {
+    pub fn score(&self, namespace: &str, info: &NodeInfo) -> Option<i64> {
+        let node = info.node.as_ref();
         if self.require_all_keys && !has_all_keys(node, self.constraints) {
             return None;
         }
@@ -308,7 +308,7 @@ impl<'c> ScoreState<'c> {
                 continue;
             };
             let count = if c.topology_key == LABEL_HOSTNAME {
-                c.count_on(cache, name, namespace)
+                c.count_on(&info.usage, namespace)
             } else {
                 self.pair_counts[i].get(v).copied().unwrap_or(0)
             };
