@@ -691,3 +691,88 @@ spec: {nodeName: worker-2, containers: [{name: c, image: busybox}]}
         "leases.coordination.k8s.io \"worker-2\" is forbidden: can only access node lease with the same name as the requesting node",
     );
 }
+
+/// The scheduler runs inside the server on an in-process transport, but it is still an API
+/// client under RBAC: without its ClusterRoleBinding its bindings are forbidden and pods stay
+/// pending; with the binding back, they get scheduled.
+#[test]
+fn the_in_process_scheduler_is_authorized_as_its_own_user() {
+    let server = Server::start();
+    let node = r#"{"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "fake-1", "labels": {"kubernetes.io/hostname": "fake-1"}}}"#;
+    let out = server.kubectl_with(Path::new("kubectl"), &["create", "-f", "-"], Some(node));
+    assert!(out.status.success(), "create node: {}", text(&out));
+    let status = r#"{"status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+        "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "fake", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}"#;
+    admin(
+        &server,
+        &[
+            "patch",
+            "node",
+            "fake-1",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            status,
+        ],
+    );
+    admin(
+        &server,
+        &["delete", "clusterrolebinding", "system:kube-scheduler"],
+    );
+    // Give the authorizer a moment to see the deletion (it follows the watch cache).
+    eventually("the scheduler loses its rights", || {
+        let out = server.kubectl_with(
+            Path::new("kubectl"),
+            &[
+                "auth",
+                "can-i",
+                "create",
+                "pods/binding",
+                "--as",
+                "system:kube-scheduler",
+            ],
+            None,
+        );
+        match String::from_utf8_lossy(&out.stdout).trim() {
+            "no" => Ok(()),
+            _ => Err(text(&out)),
+        }
+    });
+    let pod = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waits"},
+        "spec": {"containers": [{"name": "c", "image": "pause"}]}}"#;
+    let out = server.kubectl_with(Path::new("kubectl"), &["create", "-f", "-"], Some(pod));
+    assert!(out.status.success(), "create pod: {}", text(&out));
+    let node_of = || {
+        let out = server.kubectl_with(
+            Path::new("kubectl"),
+            &["get", "pod", "waits", "-o", "jsonpath={.spec.nodeName}"],
+            None,
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(node_of(), "", "bound without the right to bind");
+    admin(
+        &server,
+        &[
+            "create",
+            "clusterrolebinding",
+            "system:kube-scheduler",
+            "--clusterrole=system:kube-scheduler",
+            "--user=system:kube-scheduler",
+        ],
+    );
+    // The failed bind backs off (at most 10 s) and the Lease may need renewing first.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while node_of() != "fake-1" {
+        assert!(
+            Instant::now() < deadline,
+            "the pod was not bound once the scheduler was allowed to bind"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}

@@ -1,5 +1,6 @@
 //! The API server: the only door to the cluster's state, and the only module that may
-//! use `store`. HTTPS (rustls) on :6443; authentication by client certificate or
+//! use `store`. HTTPS (rustls) on :6443, and an in-process transport for the components
+//! running inside `k3rs server` ([`local_client`]); authentication by client certificate or
 //! bearer token; discovery, OpenAPI, health, version and metrics endpoints; the REST
 //! verbs for every registered resource, served from a watch cache that one store
 //! watch keeps current.
@@ -14,6 +15,7 @@ pub mod crd;
 pub mod discovery;
 pub mod events_view;
 pub mod handlers;
+pub mod local_client;
 pub mod managed_fields;
 pub mod master_endpoints;
 pub mod metrics;
@@ -118,6 +120,12 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
+    /// A client for a component running in this process, authenticated as `identity`
+    /// (see [`local_client`]).
+    pub fn local_client(&self, identity: Identity) -> kube::Client {
+        local_client::client(self.state.clone(), identity)
+    }
+
     /// Stops accepting connections and closes the store.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
@@ -241,7 +249,10 @@ async fn serve_connection(
     let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
         let state = state.clone();
         let identity = identity.clone();
-        async move { Ok::<_, std::convert::Infallible>(dispatch(state, identity, req).await) }
+        async move {
+            let req = req.map(RequestBody::Network);
+            Ok::<_, std::convert::Infallible>(dispatch(state, identity, req).await)
+        }
     });
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     if let Err(e) = builder
@@ -265,10 +276,19 @@ fn verb_of(method: &Method, route: &Route, query: &Query) -> &'static str {
     }
 }
 
-async fn dispatch(
+/// A request's body: still arriving on a network connection, or already in memory (a
+/// request from an in-process component, see [`local_client`]).
+pub(crate) enum RequestBody {
+    Network(hyper::body::Incoming),
+    Local(bytes::Bytes),
+}
+
+/// Serves one request from a client authenticated as `cert_identity` (its client
+/// certificate's subject) or by the request's own credentials.
+pub(crate) async fn dispatch(
     state: Arc<AppState>,
     cert_identity: Option<Identity>,
-    req: Request<hyper::body::Incoming>,
+    req: Request<RequestBody>,
 ) -> Response {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
@@ -359,7 +379,15 @@ async fn dispatch(
         && !identity.is_anonymous()
     {
         let path = parts.uri.path().to_string();
-        let response = node_proxy::serve(&state, target, Request::from_parts(parts, body)).await;
+        let response = match body {
+            RequestBody::Network(body) => {
+                node_proxy::serve(&state, target, Request::from_parts(parts, body)).await
+            }
+            RequestBody::Local(_) => ApiError::bad_request(
+                "logs, exec, attach and port-forward need a network connection to the API server",
+            )
+            .into_response(),
+        };
         let code = response.status().as_u16();
         state
             .metrics
@@ -391,13 +419,19 @@ async fn dispatch(
     response
 }
 
-async fn read_body(
-    mut body: hyper::body::Incoming,
-    method: &Method,
-) -> Result<bytes::Bytes, ApiError> {
+async fn read_body(body: RequestBody, method: &Method) -> Result<bytes::Bytes, ApiError> {
     if *method == Method::GET || *method == Method::HEAD {
         return Ok(bytes::Bytes::new());
     }
+    let mut body = match body {
+        RequestBody::Network(body) => body,
+        RequestBody::Local(bytes) if bytes.len() > MAX_BODY_BYTES => {
+            return Err(ApiError::too_large(
+                "Request entity too large: limit is 3145728",
+            ));
+        }
+        RequestBody::Local(bytes) => return Ok(bytes),
+    };
     // Read up to the limit; past it, keep draining (to a point) so the client is not
     // cut off mid-upload and actually receives the 413.
     const DRAIN_LIMIT: usize = 64 * 1024 * 1024;

@@ -181,8 +181,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         .context("building the admin client")?;
     wait_until_ready(&admin).await;
     if !config.disable_controller_manager {
-        let client = component_client(&prepared, "client-controller", &local_url)
-            .await
+        let client = component_client(&prepared, &server, "client-controller")
             .context("building the controller-manager's client")?;
         // The cluster DNS Service and its slice of node DNS servers (see dns::bootstrap).
         tokio::spawn(crate::dns::bootstrap::run(
@@ -207,8 +206,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         );
     }
     if !config.disable_scheduler {
-        let client = component_client(&prepared, "client-scheduler", &local_url)
-            .await
+        let client = component_client(&prepared, &server, "client-scheduler")
             .context("building the scheduler's client")?;
         tokio::spawn(crate::scheduler::run(client));
     }
@@ -326,17 +324,23 @@ async fn wait_until_ready(client: &kube::Client) {
     }
 }
 
-/// A kube client for an in-process component, with its own client certificate.
-async fn component_client(
+/// A kube client for an in-process component, authenticated as the identity its own
+/// client certificate carries. Its requests go straight into the API server's dispatch
+/// (authentication, RBAC, admission and all), without TLS on a loopback socket.
+fn component_client(
     prepared: &Prepared,
+    server: &crate::apiserver::ApiServer,
     stem: &str,
-    url: &str,
 ) -> anyhow::Result<kube::Client> {
     let issued = prepared
         .pki
         .client(stem)
         .with_context(|| format!("no client certificate {stem}"))?;
-    issued_client(prepared, issued, url).await
+    let der = pki::inspect::pem_to_der(&issued.cert_pem)
+        .map_err(|e| anyhow::anyhow!("reading the {stem} certificate: {e}"))?;
+    let identity = crate::apiserver::authn::from_certificate(&der)
+        .with_context(|| format!("the {stem} certificate names no user"))?;
+    Ok(server.local_client(identity))
 }
 
 /// A kube client that presents `issued` as its client certificate.

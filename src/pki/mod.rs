@@ -18,7 +18,7 @@
 mod ca;
 pub mod files;
 pub mod insecure;
-mod inspect;
+pub(crate) mod inspect;
 pub mod kubeconfig;
 pub mod node;
 mod sans;
