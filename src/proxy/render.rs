@@ -18,12 +18,17 @@
 //!   ClusterIP traffic and Cluster-policy external traffic go to, an `external-…` chain
 //!   only for the Local external policy, a `local-…` chain over this node's endpoints for
 //!   the Local policies;
-//! - the pick is `numgen random mod N` looked up in the balancing chain's own named map
-//!   (`service-<hash>-endpoints`, `i : addr . port`, DNAT straight from it: no chain per
-//!   endpoint, and no anonymous maps, which make the kernel walk the whole transaction once
-//!   each); with session affinity an `endpoint-…` chain per endpoint instead (the affinity
-//!   set update, then DNAT), picked from `service-<hash>-endpoint-chains`
-//!   (`i : goto endpoint-…`);
+//! - the pick is `numgen random mod N offset <base>` looked up in one of the 16 shared
+//!   endpoint maps (`endpoints-0` … `endpoints-15`, `i : addr`), DNAT straight from it to
+//!   that address and the rule's port: the chain owns the keys `base .. base + N` of one
+//!   map (its [`Slot`], which [`super::table`] assigns from a hash of the chain's name). No
+//!   chain per endpoint, no map per chain (a thousand maps made the kernel search them by
+//!   name a thousand times each, and cost nft and the kernel ~30 % of a full load), no
+//!   anonymous maps (the kernel walks the whole transaction once for each). A chain over
+//!   endpoints on different ports (a named target port), or without a slot, has its own
+//!   map instead (`service-<hash>-endpoints`, `i : addr . port`); with session affinity
+//!   an `endpoint-…` chain per endpoint (the affinity set update, then DNAT), picked from
+//!   `service-<hash>-endpoint-chains` (`i : goto endpoint-…`);
 //! - `nat-postrouting` marks hairpin flows (`saddr . daddr` in `hairpin-endpoints`), then
 //!   `masquerading` masquerades packets carrying the 0x4000 mark.
 
@@ -131,6 +136,44 @@ pub const NODEPORT_IPS: &str = "nodeport-ips";
 /// Marks packets whose source is off the pod network (`service-masquerade`'s verdict for
 /// ClusterIPs).
 const MASQUERADE_OFF_CLUSTER: &str = "masquerade-off-cluster";
+/// The shared endpoint maps (`i : addr`) the balancing chains pick from: each chain owns a
+/// [`Slot`] of keys in one of them. Several maps, because the kernel checks every element
+/// added to a map against every rule that looks it up (one map for 1,000 chains made
+/// that 10,000 × 1,000 checks); a map each, because it finds a set by comparing its name
+/// with every set's of the table, for each rule and element batch naming one.
+pub const ENDPOINT_MAPS: [&str; 16] = [
+    "endpoints-0",
+    "endpoints-1",
+    "endpoints-2",
+    "endpoints-3",
+    "endpoints-4",
+    "endpoints-5",
+    "endpoints-6",
+    "endpoints-7",
+    "endpoints-8",
+    "endpoints-9",
+    "endpoints-10",
+    "endpoints-11",
+    "endpoints-12",
+    "endpoints-13",
+    "endpoints-14",
+    "endpoints-15",
+];
+/// The keys of one slot: a chain of a shared endpoint map balances over at most this many
+/// endpoints (more take the chain's own map).
+pub const SLOT_SIZE: usize = 1 << 16;
+
+/// Where a balancing chain's endpoints sit in the shared endpoint maps: keys `base ..
+/// base + N` of `ENDPOINT_MAPS[map]` (the pick is `numgen random mod N offset base`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Slot {
+    pub map: usize,
+    pub base: u32,
+}
+
+/// The slot of every balancing chain that picks from the shared endpoint maps, by chain
+/// name ([`super::table`] assigns them; a chain without one takes its own map).
+pub type Slots = BTreeMap<String, Slot>;
 
 /// One element of a shared set or map: (set, key, value; empty for sets).
 pub type SharedElement = (&'static str, String, String);
@@ -172,6 +215,28 @@ fn hash(text: &str) -> String {
         .rev()
         .map(|i| ALPHABET[((bits >> (i * 5)) & 31) as usize] as char)
         .collect()
+}
+
+/// A chain's preferred slot: its bucket (the slot's `base`, 16 bits of the chain name's
+/// hash) and the map it tries first (4 more bits). Chains sharing a bucket take the first
+/// free map from their preferred one, in name order ([`super::table`]), so one chain's slot
+/// depends only on the chains of its bucket.
+pub fn slot_home(chain: &str) -> (u32, usize) {
+    let digest = Sha256::digest(chain.as_bytes());
+    let bits = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+    (
+        (bits >> 16) << 16,
+        (bits & 0xffff) as usize % ENDPOINT_MAPS.len(),
+    )
+}
+
+/// Whether a balancing chain over `endpoints` picks from a shared endpoint map (when it
+/// has a slot): two endpoints or more, all on one port (the map holds only addresses; the
+/// port is the rule's), no session affinity (its picks are chains).
+fn picks_from_shared_map(port: &ServicePort, endpoints: &[&Endpoint]) -> bool {
+    port.affinity_timeout.is_none()
+        && (2..=SLOT_SIZE).contains(&endpoints.len())
+        && endpoints.iter().all(|e| e.port == endpoints[0].port)
 }
 
 /// nft names may be at most 256 bytes; keep them readable but bounded.
@@ -493,7 +558,11 @@ pub fn render_base(family: Family, options: &RenderOptions) -> Fragment {
         (CLUSTER_CIDRS, "set", format!("type {at}; flags interval;")),
         (NODEPORT_IPS, "set", format!("type {at};")),
     ];
-    for (name, kind, decl) in shared {
+    let endpoint_map = format!("typeof numgen random mod 1 : {f} daddr;");
+    let endpoint_maps = ENDPOINT_MAPS
+        .iter()
+        .map(|name| (*name, "map", endpoint_map.clone()));
+    for (name, kind, decl) in shared.into_iter().chain(endpoint_maps) {
         base.sets.insert(
             name.into(),
             Set {
@@ -547,14 +616,15 @@ pub fn render_base(family: Family, options: &RenderOptions) -> Fragment {
 }
 
 /// The endpoint-selection rules of one balancing chain (`service-…` or `local-…`);
-/// `handle` is the chain's short name (`service-<hash>`), which names its map.
+/// `handle` is the chain's short name (`service-<hash>`), which names its own maps.
 ///
-/// The pick is `numgen random mod N` looked up in a named map of the chain's own, filled
-/// with elements: nft and the kernel load a table of named maps several times faster than
-/// one with an anonymous map per chain (the kernel walks the whole transaction for every
-/// anonymous set it binds), and an endpoint change is then an element update that leaves
-/// the chain alone. The map's name is short because the kernel finds a set by comparing
-/// its name with every set's of the table, for each rule and element batch naming it.
+/// The pick is `numgen random mod N offset <base>` looked up in the shared endpoint map of
+/// the chain's slot (`i : addr`, the port is the rule's), filled with elements: no map per
+/// chain (a thousand maps cost the kernel a name search each time one is declared, filled
+/// or bound), no anonymous map (the kernel walks the whole transaction for every anonymous
+/// set it binds), and an endpoint change is an element update that leaves the chain alone.
+/// Without a slot, or with endpoints on different ports, the chain has its own named map
+/// (`<handle>-endpoints`, `i : addr . port`).
 fn balance(
     out: &mut Fragment,
     family: Family,
@@ -562,6 +632,7 @@ fn balance(
     handle: &str,
     port: &ServicePort,
     endpoints: &[&Endpoint],
+    slots: &Slots,
 ) {
     let f = family.nft();
     let proto = port.protocol.nft();
@@ -610,6 +681,25 @@ fn balance(
         );
         return;
     }
+    if let Some(slot) = slots
+        .get(chain)
+        .filter(|_| picks_from_shared_map(port, endpoints))
+    {
+        let map = ENDPOINT_MAPS[slot.map];
+        for (key, endpoint) in (slot.base..).zip(endpoints) {
+            out.shared(map, key.to_string(), endpoint.ip.to_string());
+        }
+        out.rule(
+            chain,
+            format!(
+                "meta l4proto {proto} dnat {f} to numgen random mod {} offset {} map @{map} : {}",
+                endpoints.len(),
+                slot.base,
+                endpoints[0].port
+            ),
+        );
+        return;
+    }
     let map = format!("{handle}-endpoints");
     let elements = endpoints
         .iter()
@@ -636,9 +726,45 @@ fn balance(
     );
 }
 
+/// The balancing chains of `port` in the `family` table that pick from the shared endpoint
+/// maps, given a slot: what [`render_port`] looks up in its `slots`. (A chain missing here
+/// would only take its own map.)
+pub fn slot_requests(family: Family, port: &ServicePort) -> Vec<String> {
+    let mut chains = Vec::new();
+    if !port.cluster_ips.iter().any(|ip| family.matches(ip)) {
+        return chains;
+    }
+    let all: Vec<&Endpoint> = port
+        .cluster_endpoints()
+        .into_iter()
+        .filter(|e| family.matches(&e.ip))
+        .collect();
+    let local: Vec<&Endpoint> = port
+        .local_endpoints()
+        .into_iter()
+        .filter(|e| family.matches(&e.ip))
+        .collect();
+    let id = port.id();
+    if picks_from_shared_map(port, &all) {
+        chains.push(chain_name("service", &id));
+    }
+    if port.internal_local && picks_from_shared_map(port, &local) {
+        chains.push(chain_name("local", &format!("{id}/internal")));
+    }
+    if port.has_external()
+        && port.external_local
+        && !all.is_empty()
+        && picks_from_shared_map(port, &local)
+    {
+        chains.push(chain_name("local", &format!("{id}/external")));
+    }
+    chains
+}
+
 /// Everything one Service port puts in the `family` table: its chains and maps, and its
 /// elements of the shared ones. Empty when the port has no address of this family.
-pub fn render_port(family: Family, port: &ServicePort) -> Fragment {
+/// `slots` places its balancing chains in the shared endpoint maps ([`slot_requests`]).
+pub fn render_port(family: Family, port: &ServicePort, slots: &Slots) -> Fragment {
     let mut out = Fragment::default();
     let f = family.nft();
     let proto = port.protocol.nft();
@@ -720,6 +846,7 @@ pub fn render_port(family: Family, port: &ServicePort) -> Fragment {
             &handle("service", &id),
             port,
             &all,
+            slots,
         );
     }
     let internal_chain = if port.internal_local && !local.is_empty() {
@@ -732,6 +859,7 @@ pub fn render_port(family: Family, port: &ServicePort) -> Fragment {
             &handle("local", &local_id),
             port,
             &local,
+            slots,
         );
         chain
     } else {
@@ -791,6 +919,7 @@ pub fn render_port(family: Family, port: &ServicePort) -> Fragment {
             &handle("local", &local_id),
             port,
             &local,
+            slots,
         );
         out.rule(&external_chain, format!("goto {local_chain}"));
     }

@@ -7,14 +7,22 @@
 //! ports that changed and emits only their chains' and maps' differences and the changed
 //! elements of the shared sets. Pure (no I/O); the applier owns the state and drops it on
 //! any failure, so the cache can never make the kernel drift from the model.
+//!
+//! It also places the balancing chains in the shared endpoint maps ([`Slot`]s): a chain's
+//! slot is its bucket (from its name's hash) and the first free map from its preferred one,
+//! chains of a bucket taking theirs in name order. So the slots are a function of the set
+//! of chains (a partial update reaches what a fresh build gives), and a chain added or
+//! removed can move only chains of its own bucket (rare: 65,536 buckets), whose ports are
+//! then re-rendered too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::model::ServicePort;
 use super::render::{
-    Family, Fragment, RenderOptions, Ruleset, SharedElement, render_base, render_port,
-    write_chain_decl, write_elements, write_replace_header, write_rules, write_set_decl,
+    ENDPOINT_MAPS, Family, Fragment, RenderOptions, Ruleset, SharedElement, Slot, Slots,
+    render_base, render_port, slot_home, slot_requests, write_chain_decl, write_elements,
+    write_replace_header, write_rules, write_set_decl,
 };
 
 /// The owner of the table's fixed part: sorts before every port id (never empty).
@@ -34,9 +42,23 @@ pub struct TableState {
     family: Family,
     options: RenderOptions,
     base: Fragment,
-    ports: BTreeMap<Arc<str>, Fragment>,
+    ports: BTreeMap<Arc<str>, Owned>,
     /// shared set → key → contributions.
     shared: BTreeMap<&'static str, BTreeMap<String, Contributions>>,
+    /// The chains that pick from the shared endpoint maps, by bucket (a slot's `base`):
+    /// chain → (its port's id, its preferred map).
+    buckets: BTreeMap<u32, BTreeMap<String, (Arc<str>, usize)>>,
+    /// Their slots (a chain of a full bucket has none and takes its own map).
+    slots: Slots,
+}
+
+/// One Service port's part: its model (to re-render it when a chain of another port moves
+/// its slot), its fragment and the chains it asked slots for.
+#[derive(Debug, Clone)]
+struct Owned {
+    model: ServicePort,
+    fragment: Fragment,
+    chains: Vec<String>,
 }
 
 /// The differences between the last applied model (by port id) and `ports`: added or
@@ -70,18 +92,87 @@ impl TableState {
             base: render_base(family, options),
             ports: BTreeMap::new(),
             shared: BTreeMap::new(),
+            buckets: BTreeMap::new(),
+            slots: Slots::new(),
         };
         let owner: Arc<str> = Arc::from(BASE_OWNER);
         state.contribute(&owner, &state.base.shared.clone());
         // The last port of an id wins, as a later update of that id would.
         let by_id: BTreeMap<String, &ServicePort> = ports.iter().map(|p| (p.id(), p)).collect();
+        let mut requested = Vec::with_capacity(by_id.len());
         for (id, port) in by_id {
-            let fragment = render_port(family, port);
             let owner: Arc<str> = Arc::from(id);
+            let chains = slot_requests(family, port);
+            state.request_slots(&owner, &chains);
+            requested.push((owner, port, chains));
+        }
+        let buckets: Vec<u32> = state.buckets.keys().copied().collect();
+        for bucket in buckets {
+            state.assign_bucket(bucket);
+        }
+        for (owner, port, chains) in requested {
+            let fragment = render_port(family, port, &state.slots);
             state.contribute(&owner, &fragment.shared);
-            state.ports.insert(owner, fragment);
+            let model = port.clone();
+            state.ports.insert(
+                owner,
+                Owned {
+                    model,
+                    fragment,
+                    chains,
+                },
+            );
         }
         state
+    }
+
+    /// Files `chains` (of the port `owner`) in their buckets.
+    fn request_slots(&mut self, owner: &Arc<str>, chains: &[String]) {
+        for chain in chains {
+            let (bucket, preferred) = slot_home(chain);
+            self.buckets
+                .entry(bucket)
+                .or_default()
+                .insert(chain.clone(), (owner.clone(), preferred));
+        }
+    }
+
+    /// Takes `chains` out of their buckets and drops their slots; returns the buckets.
+    fn release_slots(&mut self, chains: &[String]) -> Vec<u32> {
+        let mut buckets = Vec::with_capacity(chains.len());
+        for chain in chains {
+            let (bucket, _) = slot_home(chain);
+            if let Some(entries) = self.buckets.get_mut(&bucket) {
+                entries.remove(chain);
+                if entries.is_empty() {
+                    self.buckets.remove(&bucket);
+                }
+            }
+            self.slots.remove(chain);
+            buckets.push(bucket);
+        }
+        buckets
+    }
+
+    /// (Re)assigns the slots of one bucket: its chains in name order each take the first
+    /// free map from their preferred one. Returns the ports whose chains' slots changed.
+    fn assign_bucket(&mut self, bucket: u32) -> BTreeSet<Arc<str>> {
+        let mut moved = BTreeSet::new();
+        let Some(entries) = self.buckets.get(&bucket) else {
+            return moved;
+        };
+        let maps = pick_maps(entries.values().map(|(_, preferred)| *preferred));
+        for ((chain, (owner, _)), map) in entries.iter().zip(maps) {
+            let slot = map.map(|map| Slot { map, base: bucket });
+            let previous = match slot {
+                Some(slot) => self.slots.insert(chain.clone(), slot),
+                None => self.slots.remove(chain),
+            };
+            if previous != slot {
+                moved.insert(owner.clone());
+            }
+        }
+        moved
     }
 
     pub fn family(&self) -> Family {
@@ -91,7 +182,8 @@ impl TableState {
     /// Everything the table holds, as one ruleset.
     pub fn to_ruleset(&self) -> Ruleset {
         let mut rs = Ruleset::empty(self.family, &self.options.table);
-        for fragment in std::iter::once(&self.base).chain(self.ports.values()) {
+        let fragments = self.ports.values().map(|owned| &owned.fragment);
+        for fragment in std::iter::once(&self.base).chain(fragments) {
             for (name, chain) in &fragment.chains {
                 rs.chains.insert(name.clone(), chain.clone());
             }
@@ -115,7 +207,10 @@ impl TableState {
     /// [`TableState::to_ruleset`] says, written owner by owner without assembling it.
     pub fn full_text(&self) -> String {
         let (family, table) = (self.family, self.options.table.as_str());
-        let owners = || std::iter::once(&self.base).chain(self.ports.values());
+        let owners = || {
+            let fragments = self.ports.values().map(|owned| &owned.fragment);
+            std::iter::once(&self.base).chain(fragments)
+        };
         let mut out = String::with_capacity(128 * 1024 + self.ports.len() * 1024);
         write_replace_header(&mut out, family, table);
         for (name, chain) in owners().flat_map(|f| &f.chains) {
@@ -167,21 +262,58 @@ impl TableState {
                 new_base = Some(base);
             }
         }
-        let mut replaced: Vec<(Arc<str>, Option<Fragment>)> = Vec::new();
+        // The changed ports' chains leave their buckets and their new ones come in; the
+        // buckets touched are reassigned, which may move a chain of an unchanged port too.
+        let mut rerender: Vec<(Arc<str>, Option<ServicePort>, Vec<String>)> = Vec::new();
+        let mut buckets = BTreeSet::new();
         for (id, port) in changes {
-            let new = port.map(|p| render_port(self.family, p));
-            let old = self.ports.get_key_value(id.as_str());
-            if old.map(|(_, f)| f) == new.as_ref() {
+            let owner = match self.ports.get_key_value(id.as_str()) {
+                Some((owner, owned)) => {
+                    let (owner, chains) = (owner.clone(), owned.chains.clone());
+                    buckets.extend(self.release_slots(&chains));
+                    owner
+                }
+                None => Arc::from(id.as_str()),
+            };
+            let chains = port.map_or_else(Vec::new, |p| slot_requests(self.family, p));
+            self.request_slots(&owner, &chains);
+            buckets.extend(chains.iter().map(|chain| slot_home(chain).0));
+            rerender.push((owner, port.cloned(), chains));
+        }
+        let mut moved = BTreeSet::new();
+        for bucket in buckets {
+            moved.extend(self.assign_bucket(bucket));
+        }
+        for owner in moved {
+            if changes.contains_key(owner.as_ref()) {
                 continue;
             }
-            let owner = old.map_or_else(|| Arc::from(id.as_str()), |(o, _)| o.clone());
-            if let Some((_, fragment)) = old {
-                absorb(&mut old_view, fragment);
-                removed.push((owner.clone(), fragment.shared.clone()));
+            if let Some(owned) = self.ports.get(&owner) {
+                rerender.push((owner, Some(owned.model.clone()), owned.chains.clone()));
             }
-            if let Some(fragment) = &new {
-                absorb(&mut new_view, fragment);
-                added.push((owner.clone(), fragment.shared.clone()));
+        }
+        let mut replaced: Vec<(Arc<str>, Option<Owned>)> = Vec::new();
+        for (owner, model, chains) in rerender {
+            let new = model.map(|model| Owned {
+                fragment: render_port(self.family, &model, &self.slots),
+                model,
+                chains,
+            });
+            let (old, fragment) = (
+                self.ports.get(&owner).map(|o| &o.fragment),
+                new.as_ref().map(|n| &n.fragment),
+            );
+            // An unchanged fragment still takes the new model (what it did not render may
+            // have changed).
+            if old != fragment {
+                if let Some(fragment) = old {
+                    absorb(&mut old_view, fragment);
+                    removed.push((owner.clone(), fragment.shared.clone()));
+                }
+                if let Some(fragment) = fragment {
+                    absorb(&mut new_view, fragment);
+                    added.push((owner.clone(), fragment.shared.clone()));
+                }
             }
             replaced.push((owner, new));
         }
@@ -202,10 +334,10 @@ impl TableState {
             self.base = base;
         }
         self.options = options.clone();
-        for (owner, fragment) in replaced {
-            match fragment {
-                Some(fragment) => {
-                    self.ports.insert(owner, fragment);
+        for (owner, owned) in replaced {
+            match owned {
+                Some(owned) => {
+                    self.ports.insert(owner, owned);
                 }
                 None => {
                     self.ports.remove(&owner);
@@ -269,6 +401,21 @@ impl TableState {
             }
         }
     }
+}
+
+/// The maps the chains of one bucket get, in order: each the first one free from its
+/// preferred map; none when all are taken.
+fn pick_maps(preferred: impl Iterator<Item = usize>) -> Vec<Option<usize>> {
+    let mut taken = [false; ENDPOINT_MAPS.len()];
+    preferred
+        .map(|preferred| {
+            let map = (0..taken.len())
+                .map(|i| (preferred + i) % taken.len())
+                .find(|map| !taken[*map])?;
+            taken[map] = true;
+            Some(map)
+        })
+        .collect()
 }
 
 /// Adds an owner's own chains and sets to a view.

@@ -96,26 +96,32 @@ fn cluster_ip_balances_over_ready_endpoints_and_masquerades_off_cluster_sources(
         rs.sets["cluster-cidrs"].elements.keys().collect::<Vec<_>>(),
         ["10.42.0.0/16"]
     );
+    // The pick: keys `base + i` of the shared endpoint map of the chain's slot (alone in
+    // its bucket, the chain has its preferred map); the port is the rule's.
     let rules = &rs.chains[&service_chain].rules;
-    let map = format!("{}-endpoints", handle("service", &svc.id()));
+    let (base, map) = slot_home(&service_chain);
+    let map = ENDPOINT_MAPS[map];
     assert_eq!(
         rules[..],
         [format!(
-            "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map @{map}"
+            "meta l4proto tcp dnat ip to numgen random mod 2 offset {base} map @{map} : 8080"
         )]
     );
+    assert_eq!(rs.sets[map].decl, "typeof numgen random mod 1 : ip daddr;");
     assert_eq!(
-        rs.sets[&map].decl,
-        "typeof numgen random mod 1 : ip daddr . tcp dport;"
-    );
-    assert_eq!(
-        rs.sets[&map]
+        rs.sets[map]
             .elements
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect::<Vec<_>>(),
-        [("0", "10.42.0.5 . 8080"), ("1", "10.42.1.6 . 8080")]
+        [
+            (base.to_string().as_str(), "10.42.0.5"),
+            ((base + 1).to_string().as_str(), "10.42.1.6")
+        ]
     );
+    // No map, and no chain, of its own.
+    let own_map = format!("{}-endpoints", handle("service", &svc.id()));
+    assert!(!rs.sets.contains_key(&own_map));
     assert!(!rs.chains.keys().any(|c| c.starts_with("endpoint-")));
     assert!(
         rs.sets["hairpin-endpoints"]
@@ -308,25 +314,76 @@ fn one_endpoint_change_is_an_element_update_only() {
     let before = render(Family::V4, std::slice::from_ref(&web), &options());
     web.endpoints[1] = endpoint("10.42.1.9", false);
     let after = render(Family::V4, std::slice::from_ref(&web), &options());
-    let map = format!("{}-endpoints", handle("service", &web.id()));
+    let (base, map) = slot_home(&chain_name("service", &web.id()));
+    let map = ENDPOINT_MAPS[map];
     assert_eq!(
         after.diff_text(&before).lines().collect::<Vec<_>>(),
         [
+            format!("delete element ip k3rs {map} {{ {} }}", base + 1),
+            format!("add element ip k3rs {map} {{ {} : 10.42.1.9 }}", base + 1),
             "delete element ip k3rs hairpin-endpoints { 10.42.1.6 . 10.42.1.6 }".to_string(),
             "add element ip k3rs hairpin-endpoints { 10.42.1.9 . 10.42.1.9 }".to_string(),
-            format!("delete element ip k3rs {map} {{ 1 }}"),
-            format!("add element ip k3rs {map} {{ 1 : 10.42.1.9 . 8080 }}"),
         ]
     );
     // A third endpoint changes the modulus: the chain is refilled, the map gains one.
     web.endpoints.push(endpoint("10.42.2.7", false));
     let grown = render(Family::V4, std::slice::from_ref(&web), &options());
     let diff = grown.diff_text(&after);
-    assert!(diff.contains("numgen random mod 3 map @"), "{diff}");
     assert!(
         diff.contains(&format!(
-            "add element ip k3rs {map} {{ 2 : 10.42.2.7 . 8080 }}"
+            "numgen random mod 3 offset {base} map @{map} : 8080"
         )),
+        "{diff}"
+    );
+    assert!(
+        diff.contains(&format!(
+            "add element ip k3rs {map} {{ {} : 10.42.2.7 }}",
+            base + 2
+        )),
+        "{diff}"
+    );
+}
+
+#[test]
+fn endpoints_on_different_ports_take_a_map_of_their_own() {
+    let mut web = port(
+        "web",
+        vec![endpoint("10.42.0.5", true), endpoint("10.42.1.6", false)],
+    );
+    // A named target port can resolve to another number on each pod.
+    web.endpoints[1].port = 9090;
+    let rs = render(Family::V4, std::slice::from_ref(&web), &options());
+    let map = format!("{}-endpoints", handle("service", &web.id()));
+    assert_eq!(
+        rs.chains[&chain_name("service", &web.id())].rules,
+        [format!(
+            "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map @{map}"
+        )]
+    );
+    assert_eq!(
+        rs.sets[&map].decl,
+        "typeof numgen random mod 1 : ip daddr . tcp dport;"
+    );
+    assert_eq!(
+        rs.sets[&map]
+            .elements
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect::<Vec<_>>(),
+        [("0", "10.42.0.5 . 8080"), ("1", "10.42.1.6 . 9090")]
+    );
+    assert!(
+        ENDPOINT_MAPS
+            .iter()
+            .all(|m| rs.sets[*m].elements.is_empty())
+    );
+    assert!(slot_requests(Family::V4, &web).is_empty());
+    // Back on one port: the shared map again, the chain's own map goes.
+    web.endpoints[1].port = 8080;
+    let shared = render(Family::V4, std::slice::from_ref(&web), &options());
+    let diff = shared.diff_text(&rs);
+    assert!(
+        diff.ends_with(&format!("delete map ip k3rs {map}\n")),
         "{diff}"
     );
 }

@@ -2,7 +2,7 @@ use std::net::IpAddr;
 
 use super::*;
 use crate::proxy::model::{Endpoint, Protocol};
-use crate::proxy::render::render;
+use crate::proxy::render::{ENDPOINT_MAPS, Slot, render, slot_home, slot_requests};
 
 fn ip(text: &str) -> IpAddr {
     text.parse().expect("ip")
@@ -62,6 +62,7 @@ fn scenario() -> (Vec<ServicePort>, Vec<(&'static str, StepFn)>) {
     let mut lb = port("lb", "10.43.0.23", vec![endpoint("10.42.1.7", false)]);
     lb.node_port = Some(30081);
     lb.load_balancer_ips = vec![ip("192.168.1.10")];
+    let (first, second) = rivals();
     let steps: Vec<(&'static str, StepFn)> = vec![
         ("unchanged", Box::new(|_, _| {})),
         (
@@ -155,12 +156,55 @@ fn scenario() -> (Vec<ServicePort>, Vec<(&'static str, StepFn)>) {
             "pod network learned",
             Box::new(|_, options| options.cluster_cidrs = vec!["10.42.0.0/16".into()]),
         ),
+        (
+            "Service added alone in its slot's bucket",
+            Box::new(move |ports, _| ports.push(balanced(&second))),
+        ),
+        (
+            "Service added that takes the other's slot",
+            Box::new(move |ports, _| ports.push(balanced(&first))),
+        ),
+        (
+            "it goes again",
+            Box::new(|ports, _| {
+                ports.pop();
+            }),
+        ),
         ("all removed", Box::new(|ports, _| ports.clear())),
     ];
     (vec![web, dns, empty, lb], steps)
 }
 
 type StepFn = Box<dyn Fn(&mut Vec<ServicePort>, &mut RenderOptions)>;
+
+/// A Service with two endpoints: its service chain picks from a shared endpoint map.
+fn balanced(name: &str) -> ServicePort {
+    port(
+        name,
+        "10.43.0.30",
+        vec![endpoint("10.42.0.50", true), endpoint("10.42.1.51", false)],
+    )
+}
+
+/// Two Service names whose service chains share a bucket and a preferred map, the first's
+/// chain sorting first: it takes that map whenever it is there, and the second's chain
+/// moves to the next.
+fn rivals() -> (String, String) {
+    let mut seen: BTreeMap<(u32, usize), (String, String)> = BTreeMap::new();
+    for i in 0.. {
+        let name = format!("svc-{i}");
+        let chain = slot_requests(Family::V4, &balanced(&name)).remove(0);
+        let home = slot_home(&chain);
+        if let Some((other, other_chain)) = seen.insert(home, (name.clone(), chain.clone())) {
+            return if other_chain < chain {
+                (other, name)
+            } else {
+                (name, other)
+            };
+        }
+    }
+    unreachable!()
+}
 
 /// Runs the scenario through the incremental path, checking after every step that the
 /// state equals a fresh render of the model and that the text it emitted is exactly the
@@ -252,7 +296,7 @@ fn one_endpoint_change_among_many_services_touches_only_that_service() {
     );
     let text = state.update(&opts, &changes);
     assert_eq!(text.lines().count(), 4, "{text}");
-    assert!(text.contains("10.42.250.9 . 8080"), "{text}");
+    assert!(text.contains(" : 10.42.250.9 }"), "{text}");
     assert!(
         !text.contains("web-116") && !text.contains("service-ips"),
         "{text}"
@@ -377,4 +421,68 @@ fn incremental_texts_leave_the_kernel_where_a_full_load_does() {
             );
         }
     }
+}
+
+#[test]
+fn a_chain_taking_the_slot_of_another_re_renders_both_ports() {
+    let (first, second) = rivals();
+    let opts = options("k3rs");
+    let slot_of = |state: &TableState, name: &str| {
+        let chain = slot_requests(Family::V4, &balanced(name)).remove(0);
+        state.slots[&chain]
+    };
+    let alone = vec![balanced(&second)];
+    let mut state = TableState::build(Family::V4, &opts, &alone);
+    let (bucket, preferred) = slot_home(&slot_requests(Family::V4, &alone[0])[0]);
+    assert_eq!(
+        slot_of(&state, &second),
+        Slot {
+            map: preferred,
+            base: bucket
+        }
+    );
+    // The first Service comes: its chain takes the map, the other's moves to the next one
+    // (its port re-rendered although its model did not change).
+    let both = vec![balanced(&second), balanced(&first)];
+    let applied = alone.iter().map(|p| (p.id(), p.clone())).collect();
+    let text = state.update(&opts, &port_changes(&applied, &both));
+    assert_eq!(
+        slot_of(&state, &first),
+        Slot {
+            map: preferred,
+            base: bucket
+        }
+    );
+    let moved = Slot {
+        map: (preferred + 1) % ENDPOINT_MAPS.len(),
+        base: bucket,
+    };
+    assert_eq!(slot_of(&state, &second), moved);
+    let after = render(Family::V4, &both, &opts);
+    assert_eq!(state.to_ruleset(), after);
+    assert_eq!(
+        text,
+        after.diff_text(&render(Family::V4, &alone, &opts)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("map @{} : 8080", ENDPOINT_MAPS[moved.map])),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_full_bucket_leaves_its_last_chains_without_a_slot() {
+    let wanted = std::iter::repeat_n(5, ENDPOINT_MAPS.len() + 1).chain([5, 0]);
+    let maps = pick_maps(wanted);
+    let expected: Vec<Option<usize>> = (5..ENDPOINT_MAPS.len())
+        .chain(0..5)
+        .map(Some)
+        .chain([None, None, None])
+        .collect();
+    assert_eq!(maps, expected);
+    assert_eq!(
+        pick_maps([3, 3, 4, 0].into_iter()),
+        [Some(3), Some(4), Some(5), Some(0)]
+    );
 }
