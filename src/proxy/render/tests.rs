@@ -462,13 +462,43 @@ fn generated_rulesets_are_accepted_by_nft() {
         vec![endpoint("10.42.0.10", true), endpoint("10.42.0.11", true)],
     );
     many.cluster_ips = vec![ip("10.43.0.23")];
-    let ports = [sticky, local, udp, empty, v6, v6_many, many];
+    let mut local_many = port(
+        "localmany",
+        vec![
+            endpoint("10.42.0.13", true),
+            endpoint("10.42.0.14", true),
+            endpoint("10.42.1.15", false),
+        ],
+    );
+    local_many.cluster_ips = vec![ip("10.43.0.24")];
+    local_many.node_port = Some(30093);
+    local_many.external_local = true;
+    local_many.internal_local = true;
+    let ports = [sticky, local, udp, empty, v6, v6_many, many, local_many];
     let mut opts = options();
     opts.table = format!("k3rs-unit-{}", std::process::id());
     opts.cluster_cidrs.push("fd00:42::/56".into());
     opts.node_ips.push(ip("fd00::10"));
     let v4 = render(Family::V4, &ports, &opts);
     let v6 = render(Family::V6, &ports, &opts);
+    // Every balancing chain without affinity picks from the shared endpoint maps (the
+    // service chain and both local ones of `localmany` too): none has a map of its own.
+    for rs in [&v4, &v6] {
+        let own: Vec<&String> = rs
+            .sets
+            .keys()
+            .filter(|s| s.ends_with("-endpoints") && *s != "hairpin-endpoints")
+            .collect();
+        assert!(own.is_empty(), "{own:?}");
+    }
+    assert_eq!(slot_requests(Family::V4, &ports[7]).len(), 3);
+    let picks = v4
+        .chains
+        .values()
+        .flat_map(|c| &c.rules)
+        .filter(|r| r.contains(" offset "))
+        .count();
+    assert_eq!(picks, 4, "{:#?}", v4.chains);
     nft_check(&format!("{}{}", v4.full_text(), v6.full_text()));
     // A diff applies on top of the full text in one transaction, too.
     let changed = render(Family::V4, &ports[1..], &opts);
