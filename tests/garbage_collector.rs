@@ -370,3 +370,62 @@ async fn objects_owned_by_a_new_custom_resource_are_collected() {
     })
     .await;
 }
+
+/// As kube's collector (`DefaultIgnoredResources`), Events are never watched nor collected,
+/// even with ownerReferences: a ConfigMap owned by the same deleted owner goes, the Event stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_never_collected() {
+    use k8s_openapi::api::core::v1::Event;
+    let server = Server::start();
+    let client = client(&server).await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    let owner: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "event-owner"}})).expect("configmap");
+    let uid = configmaps
+        .create(&PostParams::default(), &owner)
+        .await
+        .expect("create owner")
+        .metadata
+        .uid
+        .expect("uid");
+    let owned =
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "event-owner", "uid": uid}]);
+    let child: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "owned-configmap", "ownerReferences": owned}}),
+    )
+    .expect("child");
+    configmaps
+        .create(&PostParams::default(), &child)
+        .await
+        .expect("create child");
+    let event: Event = serde_json::from_value(json!({
+        "metadata": {"name": "owned-event", "ownerReferences": owned},
+        "involvedObject": {"apiVersion": "v1", "kind": "ConfigMap", "name": "event-owner", "namespace": NS},
+        "reason": "Test", "message": "owned by a ConfigMap", "type": "Normal"
+    }))
+    .expect("event");
+    events
+        .create(&PostParams::default(), &event)
+        .await
+        .expect("create event");
+
+    configmaps
+        .delete("event-owner", &DeleteParams::default())
+        .await
+        .expect("delete owner");
+    wait_for("the owned ConfigMap collected", || async {
+        configmaps
+            .get_opt("owned-configmap")
+            .await
+            .expect("get")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        events.get_opt("owned-event").await.expect("get").is_some(),
+        "the garbage collector deleted an Event"
+    );
+}

@@ -329,14 +329,21 @@ fn apply(graph: &mut Graph, change: Change, unsynced: &mut HashSet<String>) {
     }
 }
 
-/// The resources the collector watches: listable, watchable, deletable, patchable.
+/// Resources the collector never watches, as kube's `DefaultIgnoredResources`: Events
+/// (core and `events.k8s.io`) are the busiest kind and nothing owns them.
+const IGNORED: [(&str, &str); 2] = [("", "events"), ("events.k8s.io", "events")];
+
+/// The resources the collector watches: listable, watchable, deletable, patchable, and
+/// not [`IGNORED`].
 fn resources(discovery: &Discovery) -> Vec<Resource> {
     let mut out = Vec::new();
     for group in discovery.groups() {
         for (resource, caps) in group.recommended_resources() {
-            if [verbs::LIST, verbs::WATCH, verbs::DELETE, verbs::PATCH]
-                .iter()
-                .all(|v| caps.supports_operation(v))
+            let ignored = IGNORED.contains(&(resource.group.as_str(), resource.plural.as_str()));
+            if !ignored
+                && [verbs::LIST, verbs::WATCH, verbs::DELETE, verbs::PATCH]
+                    .iter()
+                    .all(|v| caps.supports_operation(v))
             {
                 out.push(Resource {
                     api: Arc::new(resource),
