@@ -593,6 +593,9 @@ fn translate(
 /// A watch line carrying the object, or only its `PartialObjectMetadata` when the
 /// client asked for that (metadata informers: the garbage collector, …).
 fn watch_object_line(kind: &str, object: &[u8], metadata_only: bool) -> Bytes {
+    if metadata_only && let Some(partial) = partial_metadata_bytes(object) {
+        return watch_line(kind, &partial);
+    }
     if metadata_only && let Ok(value) = serde_json::from_slice::<Value>(object) {
         let partial = table::partial_object_metadata(&value);
         if let Ok(bytes) = serde_json::to_vec(&partial) {
@@ -600,6 +603,21 @@ fn watch_object_line(kind: &str, object: &[u8], metadata_only: bool) -> Bytes {
         }
     }
     watch_line(kind, object)
+}
+
+/// A stored object's `PartialObjectMetadata`, cut from its bytes: stored objects are
+/// compact JSON with sorted keys, so this is what decoding the object and encoding
+/// [`table::partial_object_metadata`] gives, without decoding the rest of the object (a
+/// metadata watch on pods — the garbage collector's — sees every pod write).
+fn partial_metadata_bytes(object: &[u8]) -> Option<Vec<u8>> {
+    const HEAD: &[u8] =
+        br#"{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata","metadata":"#;
+    let metadata = super::watchcache::metadata_bytes(object)?;
+    let mut out = Vec::with_capacity(HEAD.len() + metadata.len() + 1);
+    out.extend_from_slice(HEAD);
+    out.extend_from_slice(metadata);
+    out.push(b'}');
+    Some(out)
 }
 
 pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: Want) -> ApiResult {
@@ -1065,6 +1083,10 @@ pub enum Prepared {
     Write(Value, Vec<String>),
     /// The new object with managedFields already decided (server-side apply).
     Owned(Value),
+    /// A storage-level edit of the current object, made in place (no copy of the old
+    /// state is kept): the object's defaulting, validation, admission and field ownership
+    /// do not run again. Kubernetes' `BindingREST` writes this way.
+    Edit(Box<dyn FnOnce(&mut Value) + Send>),
     Unchanged(Bytes),
 }
 
@@ -1140,11 +1162,19 @@ where
             "resourceVersion".into(),
             json!(current.mod_revision.to_string()),
         );
-        let (mut new, warnings, owned) = match change(&old)? {
+        let (mut new, warnings, owned, old) = match change(&old)? {
             Prepared::Unchanged(bytes) => return Ok(json_response(StatusCode::OK, bytes)),
-            Prepared::Write(new, warnings) => (new, warnings, false),
-            Prepared::Owned(new) => (new, Vec::new(), true),
+            Prepared::Write(new, warnings) => (new, warnings, false, Some(old)),
+            Prepared::Owned(new) => (new, Vec::new(), true, Some(old)),
+            Prepared::Edit(edit) => {
+                let mut new = old;
+                edit(&mut new);
+                (new, Vec::new(), true, None)
+            }
         };
+        // A storage-level edit reads nothing of the old state below.
+        let direct = old.is_none();
+        let mut old = old.unwrap_or(Value::Null);
         if let Some(rv) = new
             .pointer("/metadata/resourceVersion")
             .and_then(Value::as_str)
@@ -1167,17 +1197,12 @@ where
                 "the name of the object ({new_name}) does not match the name on the URL ({name})"
             )));
         }
-        // A binding sets spec.nodeName and the PodScheduled condition together, on the
-        // stored pod as it is: like Kubernetes' BindingREST (a storage-level update), it
-        // does not run the pod's defaulting, validation, admission or field ownership
-        // again. The scheduler binds every pod, so that work would be paid per pod.
-        let binding = target.subresource.as_deref() == Some("binding");
-        if binding {
+        if direct {
             metadata_mut(&mut new);
         } else {
             merge_for_update(info, &old, &mut new, status_only);
         }
-        if !status_only && !binding {
+        if !status_only && !direct {
             objects::apply_defaults(info, &mut new);
             if tracks_generation(info) && spec_changed(&old, &new) {
                 let generation = old
@@ -1192,10 +1217,10 @@ where
                 return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
             }
         }
-        if !binding {
+        if !direct {
             super::admission::on_update(state, info, &old, &mut new).await?;
         }
-        if !owned && !binding {
+        if !owned {
             let manager = super::apply::manager(query, user_agent)?;
             super::apply::record(
                 info,
@@ -1706,4 +1731,41 @@ pub async fn delete_collection(
 /// A success Status for endpoints that answer with one.
 pub fn ok_status() -> Response {
     value_response(StatusCode::OK, &success_status(None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_metadata_cut_from_bytes_is_what_decoding_gives() {
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "n", "resourceVersion": "7",
+                    "labels": {"app": "a\"}{[", "é": "ü"},
+                    "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+                    "ownerReferences": [{"kind": "ReplicaSet", "name": "r", "uid": "u"}]},
+                "spec": {"containers": [{"name": "c", "image": "x", "args": ["{", "}"]}]},
+                "status": {"phase": "Pending"}}),
+            // A nested "metadata" key before the real one is skipped.
+            json!({"apiVersion": "v1", "data": {"metadata": "{}"}, "kind": "ConfigMap",
+                "metadata": {"name": "c"}}),
+            json!({"metadata": {}}),
+        ];
+        for object in objects {
+            let stored = serde_json::to_vec(&object).expect("encode");
+            let cut = partial_metadata_bytes(&stored).expect("compact JSON with metadata");
+            let decoded =
+                serde_json::to_vec(&super::super::table::partial_object_metadata(&object))
+                    .expect("encode");
+            assert_eq!(
+                String::from_utf8_lossy(&cut),
+                String::from_utf8_lossy(&decoded)
+            );
+        }
+        // Anything else takes the decoding path.
+        assert!(partial_metadata_bytes(br#"{"kind":"X"}"#).is_none());
+        assert!(partial_metadata_bytes(br#"{"metadata":null}"#).is_none());
+        assert!(partial_metadata_bytes(b"[1]").is_none());
+    }
 }

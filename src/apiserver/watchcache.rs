@@ -230,6 +230,30 @@ impl Scanner<'_> {
     }
 }
 
+/// The raw bytes of a stored object's top-level `metadata` object, found without parsing
+/// the rest; `None` unless `value` is compact JSON with a `metadata` object.
+pub fn metadata_bytes(value: &[u8]) -> Option<&[u8]> {
+    let mut scan = Scanner {
+        bytes: value,
+        at: 0,
+    };
+    scan.eat(b'{')?;
+    loop {
+        let (start, end, escaped) = scan.string()?;
+        scan.eat(b':')?;
+        if !escaped && &value[start..end] == b"metadata" && scan.peek()? == b'{' {
+            let from = scan.at;
+            scan.value()?;
+            return Some(&value[from..scan.at]);
+        }
+        scan.value()?;
+        match scan.peek()? {
+            b',' => scan.at += 1,
+            _ => return None,
+        }
+    }
+}
+
 /// Appends `value` with `metadata.resourceVersion` set to `revision` to `out`, by
 /// splicing bytes; `None` (and nothing appended) unless `value` is a compact JSON object
 /// with a `metadata` object.
