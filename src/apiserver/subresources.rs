@@ -82,14 +82,21 @@ async fn bind(state: &AppState, target: &Target, query: &Query, binding: &Value)
         if old.pointer("/metadata/deletionTimestamp").is_some() {
             return Err(ApiError::conflict("", "pods", &pod_name, "pod is being deleted, cannot be assigned to a host"));
         }
-        let mut new = old.clone();
-        new["spec"]["nodeName"] = json!(node);
-        let now = objects::now_rfc3339();
-        let conditions = new["status"]["conditions"].as_array().cloned().unwrap_or_default();
-        let mut conditions: Vec<Value> = conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
-        conditions.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}));
-        new["status"]["conditions"] = json!(conditions);
-        Ok(Prepared::Write(new, Vec::new()))
+        // A storage-level edit of the stored pod, as Kubernetes' BindingREST: the pod's
+        // defaulting, validation, admission and field ownership do not run again (the
+        // scheduler binds every pod; that work, and a copy of the pod, would be per pod).
+        let node = node.clone();
+        Ok(Prepared::Edit(Box::new(move |pod: &mut Value| {
+            pod["spec"]["nodeName"] = json!(node);
+            let now = objects::now_rfc3339();
+            let conditions = match pod["status"]["conditions"].take() {
+                Value::Array(conditions) => conditions,
+                _ => Vec::new(),
+            };
+            let mut conditions: Vec<Value> = conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
+            conditions.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}));
+            pod["status"]["conditions"] = json!(conditions);
+        })))
     })
     .await?;
     Ok(created_status())
