@@ -189,6 +189,24 @@ impl Scanner<'_> {
         }
     }
 
+    /// From the start of an object, moves to its top-level `metadata` member's value (an
+    /// object; `None` when there is none).
+    fn to_metadata(&mut self) -> Option<()> {
+        self.eat(b'{')?;
+        loop {
+            let (start, end, escaped) = self.string()?;
+            self.eat(b':')?;
+            if !escaped && &self.bytes[start..end] == b"metadata" && self.peek()? == b'{' {
+                return Some(());
+            }
+            self.value()?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                _ => return None,
+            }
+        }
+    }
+
     /// Skips one value of any type.
     fn value(&mut self) -> Option<()> {
         match self.peek()? {
@@ -237,21 +255,10 @@ pub fn metadata_bytes(value: &[u8]) -> Option<&[u8]> {
         bytes: value,
         at: 0,
     };
-    scan.eat(b'{')?;
-    loop {
-        let (start, end, escaped) = scan.string()?;
-        scan.eat(b':')?;
-        if !escaped && &value[start..end] == b"metadata" && scan.peek()? == b'{' {
-            let from = scan.at;
-            scan.value()?;
-            return Some(&value[from..scan.at]);
-        }
-        scan.value()?;
-        match scan.peek()? {
-            b',' => scan.at += 1,
-            _ => return None,
-        }
-    }
+    scan.to_metadata()?;
+    let from = scan.at;
+    scan.value()?;
+    Some(&value[from..scan.at])
 }
 
 /// Appends `value` with `metadata.resourceVersion` set to `revision` to `out`, by
@@ -263,20 +270,7 @@ fn splice_resource_version(value: &[u8], revision: i64, out: &mut Vec<u8>) -> Op
         bytes: value,
         at: 0,
     };
-    scan.eat(b'{')?;
-    // Find the top-level "metadata" member's object.
-    loop {
-        let (start, end, escaped) = scan.string()?;
-        scan.eat(b':')?;
-        if !escaped && &value[start..end] == b"metadata" && scan.peek()? == b'{' {
-            break;
-        }
-        scan.value()?;
-        match scan.peek()? {
-            b',' => scan.at += 1,
-            _ => return None,
-        }
-    }
+    scan.to_metadata()?;
     scan.eat(b'{')?;
     // Walk metadata's members (sorted) to the place of resourceVersion: either its
     // current value (replaced) or the first greater key (inserted before).

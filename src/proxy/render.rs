@@ -726,6 +726,22 @@ fn balance(
     );
 }
 
+/// The endpoints of `port` in `family`: all those cluster-wide balancing uses, and this
+/// node's (for the Local policies).
+fn family_endpoints(family: Family, port: &ServicePort) -> (Vec<&Endpoint>, Vec<&Endpoint>) {
+    (
+        of_family(family, port.cluster_endpoints()),
+        of_family(family, port.local_endpoints()),
+    )
+}
+
+fn of_family(family: Family, endpoints: Vec<&Endpoint>) -> Vec<&Endpoint> {
+    endpoints
+        .into_iter()
+        .filter(|e| family.matches(&e.ip))
+        .collect()
+}
+
 /// The balancing chains of `port` in the `family` table that pick from the shared endpoint
 /// maps, given a slot: what [`render_port`] looks up in its `slots`. (A chain missing here
 /// would only take its own map.)
@@ -734,16 +750,7 @@ pub fn slot_requests(family: Family, port: &ServicePort) -> Vec<String> {
     if !port.cluster_ips.iter().any(|ip| family.matches(ip)) {
         return chains;
     }
-    let all: Vec<&Endpoint> = port
-        .cluster_endpoints()
-        .into_iter()
-        .filter(|e| family.matches(&e.ip))
-        .collect();
-    let local: Vec<&Endpoint> = port
-        .local_endpoints()
-        .into_iter()
-        .filter(|e| family.matches(&e.ip))
-        .collect();
+    let (all, local) = family_endpoints(family, port);
     let id = port.id();
     if picks_from_shared_map(port, &all) {
         chains.push(chain_name("service", &id));
@@ -777,16 +784,7 @@ pub fn render_port(family: Family, port: &ServicePort, slots: &Slots) -> Fragmen
     if cluster_ips.is_empty() {
         return out;
     }
-    let all: Vec<&Endpoint> = port
-        .cluster_endpoints()
-        .into_iter()
-        .filter(|e| family.matches(&e.ip))
-        .collect();
-    let local: Vec<&Endpoint> = port
-        .local_endpoints()
-        .into_iter()
-        .filter(|e| family.matches(&e.ip))
-        .collect();
+    let (all, local) = family_endpoints(family, port);
     // Every endpoint some path may use: hairpin traffic (an endpoint reaching itself through
     // the Service) is masqueraded in postrouting; with affinity each gets a chain.
     let mut used: BTreeSet<&Endpoint> = all.iter().copied().collect();
