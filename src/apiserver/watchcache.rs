@@ -191,7 +191,7 @@ impl Scanner<'_> {
 
     /// From the start of an object, moves to its top-level `metadata` member's value (an
     /// object; `None` when there is none).
-    fn to_metadata(&mut self) -> Option<()> {
+    fn enter_metadata(&mut self) -> Option<()> {
         self.eat(b'{')?;
         loop {
             let (start, end, escaped) = self.string()?;
@@ -255,7 +255,7 @@ pub fn metadata_bytes(value: &[u8]) -> Option<&[u8]> {
         bytes: value,
         at: 0,
     };
-    scan.to_metadata()?;
+    scan.enter_metadata()?;
     let from = scan.at;
     scan.value()?;
     Some(&value[from..scan.at])
@@ -270,7 +270,7 @@ fn splice_resource_version(value: &[u8], revision: i64, out: &mut Vec<u8>) -> Op
         bytes: value,
         at: 0,
     };
-    scan.to_metadata()?;
+    scan.enter_metadata()?;
     scan.eat(b'{')?;
     // Walk metadata's members (sorted) to the place of resourceVersion: either its
     // current value (replaced) or the first greater key (inserted before).
