@@ -15,8 +15,6 @@
 //! removed can move only chains of its own bucket (rare: 65,536 buckets), whose ports are
 //! then re-rendered too.
 
-use std::cmp::Ordering;
-use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -33,57 +31,10 @@ const BASE_OWNER: &str = "";
 /// One changed port: its new model, or `None` when it is gone.
 pub type Changes<'a> = BTreeMap<String, Option<&'a ServicePort>>;
 
-/// Who contributed a shared element's value: (owner, value). Two owners setting one key
-/// (it does not happen for valid Services) resolve to the greatest owner's value, so the
-/// result does not depend on the order ports come in. The winner is kept apart, so that
-/// the usual single contribution costs no allocation (a full sync makes ~24,000).
-#[derive(Debug, Clone)]
-struct Contributions {
-    winner: (Arc<str>, String),
-    /// The other contributions, sorted by owner (all below the winner).
-    others: Vec<(Arc<str>, String)>,
-}
-
-impl Contributions {
-    fn value(&self) -> &String {
-        &self.winner.1
-    }
-
-    /// Sets `owner`'s value.
-    fn set(&mut self, owner: &Arc<str>, value: &str) {
-        match owner.as_ref().cmp(self.winner.0.as_ref()) {
-            Ordering::Equal => value.clone_into(&mut self.winner.1),
-            Ordering::Greater => {
-                let previous = std::mem::replace(&mut self.winner, (owner.clone(), value.into()));
-                self.others.push(previous);
-            }
-            Ordering::Less => {
-                match self
-                    .others
-                    .binary_search_by(|(o, _)| o.as_ref().cmp(owner.as_ref()))
-                {
-                    Ok(at) => value.clone_into(&mut self.others[at].1),
-                    Err(at) => self.others.insert(at, (owner.clone(), value.into())),
-                }
-            }
-        }
-    }
-
-    /// Drops `owner`'s value; false when no value is left.
-    fn remove(&mut self, owner: &Arc<str>) -> bool {
-        if self.winner.0 != *owner {
-            self.others.retain(|(o, _)| o != owner);
-            return true;
-        }
-        match self.others.pop() {
-            Some(next) => {
-                self.winner = next;
-                true
-            }
-            None => false,
-        }
-    }
-}
+/// Who contributed a shared element's value: (owner, value), sorted by owner. Two owners
+/// setting one key (it does not happen for valid Services) resolve to the greatest
+/// owner's value, so the result does not depend on the order ports come in.
+type Contributions = Vec<(Arc<str>, String)>;
 
 /// The cached content of one table (one family).
 #[derive(Debug, Clone)]
@@ -243,9 +194,9 @@ impl TableState {
         for (set, elements) in &self.shared {
             if let Some(target) = rs.sets.get_mut(*set) {
                 for (key, contributions) in elements {
-                    target
-                        .elements
-                        .insert(key.clone(), contributions.value().clone());
+                    if let Some((_, value)) = contributions.last() {
+                        target.elements.insert(key.clone(), value.clone());
+                    }
                 }
             }
         }
@@ -283,9 +234,10 @@ impl TableState {
             );
         }
         for (name, elements) in &self.shared {
-            let resolved = elements
-                .iter()
-                .map(|(key, contributions)| (key.as_str(), contributions.value().as_str()));
+            let resolved = elements.iter().filter_map(|(key, contributions)| {
+                let (_, value) = contributions.last()?;
+                Some((key.as_str(), value.as_str()))
+            });
             write_elements(&mut out, "add", family, table, name, resolved);
         }
         out
@@ -414,8 +366,8 @@ impl TableState {
                 .shared
                 .get(set)
                 .and_then(|elements| elements.get(key))
-                .map(Contributions::value);
-            if let (Some(value), Some(target)) = (value, view.sets.get_mut(*set)) {
+                .and_then(|contributions| contributions.last());
+            if let (Some((_, value)), Some(target)) = (value, view.sets.get_mut(*set)) {
                 target.elements.insert(key.clone(), value.clone());
             }
         }
@@ -423,14 +375,15 @@ impl TableState {
 
     fn contribute(&mut self, owner: &Arc<str>, elements: &[SharedElement]) {
         for (set, key, value) in elements {
-            match self.shared.entry(set).or_default().entry(key.clone()) {
-                Entry::Occupied(mut contributions) => contributions.get_mut().set(owner, value),
-                Entry::Vacant(entry) => {
-                    entry.insert(Contributions {
-                        winner: (owner.clone(), value.clone()),
-                        others: Vec::new(),
-                    });
-                }
+            let contributions = self
+                .shared
+                .entry(set)
+                .or_default()
+                .entry(key.clone())
+                .or_default();
+            match contributions.binary_search_by(|(o, _)| o.as_ref().cmp(owner.as_ref())) {
+                Ok(at) => contributions[at].1 = value.clone(),
+                Err(at) => contributions.insert(at, (owner.clone(), value.clone())),
             }
         }
     }
@@ -440,10 +393,11 @@ impl TableState {
             let Some(set_elements) = self.shared.get_mut(set) else {
                 continue;
             };
-            if let Some(contributions) = set_elements.get_mut(key)
-                && !contributions.remove(owner)
-            {
-                set_elements.remove(key);
+            if let Some(contributions) = set_elements.get_mut(key) {
+                contributions.retain(|(o, _)| o != owner);
+                if contributions.is_empty() {
+                    set_elements.remove(key);
+                }
             }
         }
     }
