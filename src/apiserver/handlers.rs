@@ -874,9 +874,7 @@ fn stored_to_response(kv: &KeyValue) -> Bytes {
 
 fn check_body_size(body: &[u8]) -> Result<(), ApiError> {
     if body.len() > super::MAX_BODY_BYTES {
-        return Err(ApiError::too_large(
-            "Request entity too large: limit is 3145728",
-        ));
+        return Err(super::body_too_large());
     }
     Ok(())
 }

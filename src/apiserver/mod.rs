@@ -419,6 +419,13 @@ pub(crate) async fn dispatch(
     response
 }
 
+/// kube-apiserver's answer to a body over [`MAX_BODY_BYTES`].
+pub(crate) fn body_too_large() -> ApiError {
+    ApiError::too_large(format!(
+        "Request entity too large: limit is {MAX_BODY_BYTES}"
+    ))
+}
+
 async fn read_body(body: RequestBody, method: &Method) -> Result<bytes::Bytes, ApiError> {
     if *method == Method::GET || *method == Method::HEAD {
         return Ok(bytes::Bytes::new());
@@ -426,9 +433,7 @@ async fn read_body(body: RequestBody, method: &Method) -> Result<bytes::Bytes, A
     let mut body = match body {
         RequestBody::Network(body) => body,
         RequestBody::Local(bytes) if bytes.len() > MAX_BODY_BYTES => {
-            return Err(ApiError::too_large(
-                "Request entity too large: limit is 3145728",
-            ));
+            return Err(body_too_large());
         }
         RequestBody::Local(bytes) => return Ok(bytes),
     };
@@ -450,9 +455,7 @@ async fn read_body(body: RequestBody, method: &Method) -> Result<bytes::Bytes, A
         }
     }
     if seen > MAX_BODY_BYTES {
-        return Err(ApiError::too_large(
-            "Request entity too large: limit is 3145728",
-        ));
+        return Err(body_too_large());
     }
     Ok(buffer.freeze())
 }
