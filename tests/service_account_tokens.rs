@@ -166,6 +166,24 @@ async fn service_account_tokens() {
         );
         assert_eq!(mount.read_only, Some(true));
     }
+    // Managed fields are recorded before mutating admission, as kube-apiserver does: the
+    // creator owns what it sent and what defaulting filled in, not the volume, mounts,
+    // service account and tolerations admission added.
+    let managed = pod.metadata.managed_fields.clone().expect("managedFields");
+    assert_eq!(managed.len(), 1, "{managed:?}");
+    let owned = serde_json::to_string(&managed[0].fields_v1).expect("fieldsV1");
+    for defaulted in ["f:image", "f:imagePullPolicy", "f:restartPolicy", "f:dnsPolicy"] {
+        assert!(owned.contains(defaulted), "{defaulted} not owned: {owned}");
+    }
+    for admitted in [
+        "f:volumes",
+        "f:volumeMounts",
+        "f:serviceAccountName",
+        "f:tolerations",
+        "f:priority",
+    ] {
+        assert!(!owned.contains(admitted), "{admitted} owned: {owned}");
+    }
     // Opting out leaves the pod alone.
     let bare = pods
         .create(

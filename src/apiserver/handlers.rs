@@ -987,13 +987,17 @@ pub async fn create_object(
     {
         return Err(denied);
     }
+    // The requester owns what it sent and what defaulting filled in, not what admission
+    // adds after (the service-account volume, default tolerations, the priority), as
+    // kube-apiserver updates managed fields before mutating admission.
+    if let Some(manager) = manager {
+        super::apply::record(info, None, &mut object, manager, None);
+    }
+    objects::admission_defaults(info, &mut object);
     super::admission::on_create(state, info, &mut object, dry_run).await?;
     let causes = validate(state, info, &object);
     if !causes.is_empty() {
         return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
-    }
-    if let Some(manager) = manager {
-        super::apply::record(info, None, &mut object, manager, None);
     }
     if dry_run {
         return Ok(with_warnings(
@@ -1202,6 +1206,7 @@ where
         }
         if !status_only && !direct {
             objects::apply_defaults(info, &mut new);
+            objects::admission_defaults(info, &mut new);
             if tracks_generation(info) && spec_changed(&old, &new) {
                 let generation = old
                     .pointer("/metadata/generation")
@@ -1215,9 +1220,7 @@ where
                 return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
             }
         }
-        if !direct {
-            super::admission::on_update(state, info, &old, &mut new).await?;
-        }
+        // Managed fields before mutating admission, as in kube-apiserver (see create).
         if !owned {
             let manager = super::apply::manager(query, user_agent)?;
             super::apply::record(
@@ -1227,6 +1230,9 @@ where
                 &manager,
                 target.subresource.as_deref(),
             );
+        }
+        if !direct {
+            super::admission::on_update(state, info, &old, &mut new).await?;
         }
         // Finalization complete: the last finalizer of a deleting object is gone.
         let deleting = new.pointer("/metadata/deletionTimestamp").is_some();

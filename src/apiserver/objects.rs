@@ -537,6 +537,35 @@ fn default_replication_controller_labels(value: &mut Value) {
 }
 
 /// Applies Kubernetes's defaults for built-in kinds (visible in `kubectl get -o yaml`).
+/// What kube-apiserver's mutating admission plugins fill in, as opposed to the type's
+/// defaulting: a pod's service account (ServiceAccount), `priority` and
+/// `preemptionPolicy` (Priority) and the NoExecute tolerations
+/// (DefaultTolerationSeconds). Kept apart from [`apply_defaults`] because a creator
+/// owns defaulted fields in `managedFields` but not what admission adds.
+pub fn admission_defaults(info: &ResourceInfo, value: &mut Value) {
+    if info.custom || !info.group.is_empty() || info.kind != "Pod" {
+        return;
+    }
+    // The ServiceAccount admission leaves mirror pods alone.
+    let mirror = value
+        .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
+        .is_some();
+    let Some(spec) = obj(value, "spec") else {
+        return;
+    };
+    if !mirror {
+        set_default(spec, "serviceAccountName", json!("default"));
+        let sa = spec
+            .get("serviceAccountName")
+            .cloned()
+            .unwrap_or(json!("default"));
+        set_default(spec, "serviceAccount", sa);
+    }
+    set_default(spec, "priority", json!(0));
+    set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
+    default_toleration_seconds(spec);
+}
+
 pub fn apply_defaults(info: &ResourceInfo, value: &mut Value) {
     if info.custom {
         return;
@@ -564,15 +593,6 @@ pub fn apply_defaults(info: &ResourceInfo, value: &mut Value) {
         ("", "Pod") => {
             if let Some(spec) = obj(value, "spec") {
                 default_pod_spec(spec);
-                set_default(spec, "serviceAccountName", json!("default"));
-                let sa = spec
-                    .get("serviceAccountName")
-                    .cloned()
-                    .unwrap_or(json!("default"));
-                set_default(spec, "serviceAccount", sa);
-                set_default(spec, "priority", json!(0));
-                set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
-                default_toleration_seconds(spec);
             }
             let qos = qos_class(value);
             if let Some(status) = obj(value, "status") {
@@ -1049,6 +1069,8 @@ mod tests {
         let mut pod =
             json!({"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"nginx"}]}});
         apply_defaults(&pods, &mut pod);
+        assert_eq!(pod["spec"].get("tolerations"), None, "admission adds them");
+        admission_defaults(&pods, &mut pod);
         assert_eq!(pod["spec"]["restartPolicy"], "Always");
         assert_eq!(pod["spec"]["containers"][0]["imagePullPolicy"], "Always");
         assert_eq!(pod["status"]["qosClass"], "BestEffort");
@@ -1065,6 +1087,7 @@ mod tests {
             "tolerations":[{"key":"node.kubernetes.io/unreachable","operator":"Exists","effect":"NoExecute","tolerationSeconds":5},
                            {"key":"node.kubernetes.io/not-ready","operator":"Exists","effect":"NoSchedule"}]}});
         apply_defaults(&pods, &mut own);
+        admission_defaults(&pods, &mut own);
         let tolerations = own["spec"]["tolerations"].as_array().unwrap();
         assert_eq!(tolerations.len(), 3);
         assert_eq!(tolerations[2]["key"], "node.kubernetes.io/not-ready");
@@ -1073,6 +1096,7 @@ mod tests {
         let mut all = json!({"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"nginx"}],
             "tolerations":[{"operator":"Exists"}]}});
         apply_defaults(&pods, &mut all);
+        admission_defaults(&pods, &mut all);
         assert_eq!(all["spec"]["tolerations"].as_array().unwrap().len(), 1);
         let bad = json!({"metadata":{"name":"p"},"spec":{"containers":[]}});
         assert_eq!(
