@@ -13,21 +13,37 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use axum::http::Request;
+use axum::http::header::USER_AGENT;
+use axum::http::{HeaderValue, Request};
 use axum::response::Response;
 use http_body_util::BodyExt;
 
 use super::authn::Identity;
 use super::{AppState, RequestBody, dispatch};
 
-/// A client for an in-process component that authenticates as `identity`. It retries
-/// as a network kube client does by default (429, 503 and 504 with back-off).
-pub fn client(state: Arc<AppState>, identity: Identity) -> kube::Client {
+/// A client for an in-process component that authenticates as `identity` and names
+/// itself `component` in its User-Agent (`kube-scheduler/v1.33.0+k3rs… (linux/amd64)
+/// k3rs`), so its writes are attributed to that field manager, as kube-scheduler's and
+/// kube-controller-manager's are. It retries as a network kube client does by default
+/// (429, 503 and 504 with back-off).
+pub fn client(state: Arc<AppState>, identity: Identity, component: &str) -> kube::Client {
+    let user_agent = format!(
+        "{component}/{} ({}/{}) k3rs",
+        super::git_version(),
+        std::env::consts::OS,
+        super::go_arch()
+    );
+    let user_agent = HeaderValue::from_str(&user_agent)
+        .unwrap_or_else(|_| HeaderValue::from_static("k3rs"));
     let service = tower::ServiceBuilder::new()
         .layer(tower::retry::RetryLayer::new(
             kube::client::retry::RetryPolicy::server_retry(),
         ))
-        .service(Local { state, identity });
+        .service(Local {
+            state,
+            identity,
+            user_agent,
+        });
     kube::Client::new(service, "default")
 }
 
@@ -36,7 +52,9 @@ pub fn client(state: Arc<AppState>, identity: Identity) -> kube::Client {
 struct Local {
     state: Arc<AppState>,
     identity: Identity,
+    user_agent: HeaderValue,
 }
+
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -50,9 +68,17 @@ impl tower::Service<Request<kube::client::Body>> for Local {
     }
 
     fn call(&mut self, request: Request<kube::client::Body>) -> Self::Future {
-        let (state, identity) = (self.state.clone(), self.identity.clone());
+        let (state, identity, user_agent) = (
+            self.state.clone(),
+            self.identity.clone(),
+            self.user_agent.clone(),
+        );
         Box::pin(async move {
-            let (parts, body) = request.into_parts();
+            let (mut parts, body) = request.into_parts();
+            parts
+                .headers
+                .entry(USER_AGENT)
+                .or_insert(user_agent);
             let body = body.collect().await?.to_bytes();
             let request = Request::from_parts(parts, RequestBody::Local(body));
             Ok(dispatch(state, Some(identity), request).await)

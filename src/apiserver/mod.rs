@@ -122,8 +122,8 @@ pub struct ApiServer {
 impl ApiServer {
     /// A client for a component running in this process, authenticated as `identity`
     /// (see [`local_client`]).
-    pub fn local_client(&self, identity: Identity) -> kube::Client {
-        local_client::client(self.state.clone(), identity)
+    pub fn local_client(&self, identity: Identity, component: &str) -> kube::Client {
+        local_client::client(self.state.clone(), identity, component)
     }
 
     /// Stops accepting connections and closes the store.
@@ -666,18 +666,34 @@ fn health(which: &str, query: &Query) -> Response {
     )
 }
 
+/// The server's version as `/version` reports it: the Kubernetes release it serves,
+/// tagged with k3rs's own version (`v1.33.0+k3rs0.1.0`), as k3s tags its builds.
+pub(crate) fn git_version() -> String {
+    let (major, minor) = KUBE_VERSION;
+    format!("v{major}.{minor}.0+k3rs{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The machine's architecture as Go, and so Kubernetes' platform strings, name it.
+pub(crate) fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
 fn version() -> Value {
     let (major, minor) = KUBE_VERSION;
     json!({
         "major": major,
         "minor": minor,
-        "gitVersion": format!("v{major}.{minor}.0+k3rs{}", env!("CARGO_PKG_VERSION")),
+        "gitVersion": git_version(),
         "gitCommit": crate::cli::GIT_COMMIT,
         "gitTreeState": "clean",
         "buildDate": "1970-01-01T00:00:00Z",
         "goVersion": "rust",
         "compiler": "rustc",
-        "platform": format!("linux/{}", match std::env::consts::ARCH { "x86_64" => "amd64", "aarch64" => "arm64", "arm" => "arm", other => other }),
+        "platform": format!("linux/{}", go_arch()),
     })
 }
 

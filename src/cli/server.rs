@@ -181,7 +181,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         .context("building the admin client")?;
     wait_until_ready(&admin).await;
     if !config.disable_controller_manager {
-        let client = component_client(&prepared, &server, "client-controller")
+        let client = component_client(&prepared, &server, "client-controller", "kube-controller-manager")
             .context("building the controller-manager's client")?;
         // The cluster DNS Service and its slice of node DNS servers (see dns::bootstrap).
         tokio::spawn(crate::dns::bootstrap::run(
@@ -206,7 +206,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         );
     }
     if !config.disable_scheduler {
-        let client = component_client(&prepared, &server, "client-scheduler")
+        let client = component_client(&prepared, &server, "client-scheduler", "kube-scheduler")
             .context("building the scheduler's client")?;
         tokio::spawn(crate::scheduler::run(client));
     }
@@ -331,6 +331,7 @@ fn component_client(
     prepared: &Prepared,
     server: &crate::apiserver::ApiServer,
     stem: &str,
+    component: &str,
 ) -> anyhow::Result<kube::Client> {
     let issued = prepared
         .pki
@@ -340,7 +341,7 @@ fn component_client(
         .map_err(|e| anyhow::anyhow!("reading the {stem} certificate: {e}"))?;
     let identity = crate::apiserver::authn::from_certificate(&der)
         .with_context(|| format!("the {stem} certificate names no user"))?;
-    Ok(server.local_client(identity))
+    Ok(server.local_client(identity, component))
 }
 
 /// A kube client that presents `issued` as its client certificate.
