@@ -155,6 +155,21 @@ impl Queue {
         }
     }
 
+    /// Queues a pod for the very next attempt (one that was just read back).
+    fn activate_front(&mut self, key: &str) {
+        self.backoff.remove(key);
+        self.unschedulable.remove(key);
+        self.wake_on_pod_add.remove(key);
+        if self.in_active.insert(key.to_string()) {
+            self.active.push_front(key.to_string());
+        }
+    }
+
+    /// Whether the pod waits in the unschedulable pool.
+    fn is_parked(&self, key: &str) -> bool {
+        self.unschedulable.contains_key(key)
+    }
+
     /// Forgets a pod that is no longer pending.
     fn forget(&mut self, key: &str) {
         self.backoff.remove(key);
@@ -419,11 +434,16 @@ async fn watch_nodes(shared: Arc<Shared>) {
 /// popped. A parsed `Pod` costs several kilobytes of small allocations even when
 /// slimmed; thousands of pods waiting (for nodes, or behind a burst of creations)
 /// would otherwise be the scheduler's largest memory use.
+///
+/// A pod parked as unschedulable keeps no JSON at all, only what tells its changes
+/// apart: it may wait there for hours (a cluster out of capacity), and its next
+/// attempt reads it back from the API server ([`refresh_parked`]), which also sees
+/// the pod as it is then.
 struct PendingPod {
     uid: Option<String>,
     /// Hash of the slimmed spec: a change makes it a new scheduling problem.
     spec_digest: u64,
-    json: Box<[u8]>,
+    json: Option<Box<[u8]>>,
 }
 
 impl PendingPod {
@@ -434,12 +454,13 @@ impl PendingPod {
         Ok(PendingPod {
             uid: pod.metadata.uid.clone(),
             spec_digest: hasher.finish(),
-            json: serde_json::to_vec(pod)?.into_boxed_slice(),
+            json: Some(serde_json::to_vec(pod)?.into_boxed_slice()),
         })
     }
 
-    fn pod(&self) -> Result<Pod, serde_json::Error> {
-        serde_json::from_slice(&self.json)
+    /// The pod, or `None` if it was parked and must be read back first.
+    fn pod(&self) -> Option<Result<Pod, serde_json::Error>> {
+        self.json.as_deref().map(serde_json::from_slice)
     }
 }
 
@@ -458,12 +479,17 @@ fn apply_pending(st: &mut State, pod: Pod) {
             return;
         }
     };
+    let mut pending = pending;
     let retry = match st.pending.get(&key) {
         // A changed spec or a new incarnation is a new scheduling problem; a status
         // update (our own PodScheduled condition) is not.
         Some(old) => old.spec_digest != pending.spec_digest || old.uid != pending.uid,
         None => true,
     };
+    if !retry && st.queue.is_parked(&key) {
+        // Still parked: it is read back when it comes out (see `PendingPod`).
+        pending.json = None;
+    }
     st.pending.insert(key.clone(), pending);
     if retry {
         st.queue.activate(&key);
@@ -750,7 +776,8 @@ async fn schedule_loop(shared: Arc<Shared>, mut leader: watch::Receiver<bool>) {
 }
 
 async fn schedule_one(shared: &Arc<Shared>, binds: &Arc<Semaphore>, key: &str, rng: &mut Rng) {
-    let (pod, result) = {
+    // `None`: the pod was parked and must be read back before its attempt.
+    let attempt = 'locked: {
         let mut st = shared.lock();
         let Some(pending) = st.pending.get(key) else {
             return;
@@ -762,20 +789,29 @@ async fn schedule_one(shared: &Arc<Shared>, binds: &Arc<Semaphore>, key: &str, r
             return;
         }
         let pod = match pending.pod() {
-            Ok(pod) => Arc::new(pod),
-            Err(e) => {
+            Some(Ok(pod)) => Arc::new(pod),
+            Some(Err(e)) => {
                 tracing::error!(pod = %key, error = %e, "could not read back a pending pod");
                 return;
             }
+            None => break 'locked None,
         };
         let result = st.cache.find_node(&pod, &mut || rng.next());
         match &result {
             Ok(node) => st.cache.add_pod(key, PodInfo::new(&pod, node, false)),
-            Err(fit) => st
-                .queue
-                .park_unschedulable(key, fit.may_fit_after_pod_add()),
+            Err(fit) => {
+                st.queue
+                    .park_unschedulable(key, fit.may_fit_after_pod_add());
+                if let Some(parked) = st.pending.get_mut(key) {
+                    parked.json = None;
+                }
+            }
         }
-        (pod, result)
+        Some((pod, result))
+    };
+    let Some((pod, result)) = attempt else {
+        refresh_parked(shared, key).await;
+        return;
     };
     match result {
         Ok(node) => {
@@ -803,6 +839,49 @@ async fn schedule_one(shared: &Arc<Shared>, binds: &Arc<Semaphore>, key: &str, r
             });
         }
     }
+}
+
+/// A parked pod left the unschedulable pool without its JSON: reads it back from the
+/// API server and queues it again at the front, or forgets it if it is gone, bound
+/// or replaced meanwhile (the watch then brings what replaced it).
+async fn refresh_parked(shared: &Arc<Shared>, key: &str) {
+    let Some((namespace, name)) = key.split_once('/') else {
+        return;
+    };
+    let api: Api<Pod> = Api::namespaced(shared.client.clone(), namespace);
+    let fetched = api.get_opt(name).await;
+    let mut st = shared.lock();
+    let Some(pending) = st.pending.get(key) else {
+        return;
+    };
+    if pending.json.is_some() {
+        // The watch brought a newer state meanwhile.
+        st.queue.activate_front(key);
+        return;
+    }
+    match fetched {
+        Ok(Some(pod)) if pod.metadata.uid == pending.uid && is_pending_for_us(&pod) => {
+            match PendingPod::new(&slim_pending(pod)) {
+                Ok(mut fresh) => {
+                    // Keep the digest the watch saw: only the watch decides when a
+                    // spec change makes a new scheduling problem.
+                    fresh.spec_digest = pending.spec_digest;
+                    st.pending.insert(key.to_string(), fresh);
+                    st.queue.activate_front(key);
+                }
+                Err(e) => tracing::error!(pod = %key, error = %e, "could not keep a pending pod"),
+            }
+        }
+        // Gone, bound, or another pod of the same name: the watch says what follows.
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(pod = %key, error = %e, "could not read a parked pod back; backing off");
+            let cfg = &shared.config;
+            st.queue.back_off(key, cfg.initial_backoff, cfg.max_backoff);
+        }
+    }
+    drop(st);
+    shared.wake.notify_one();
 }
 
 async fn bind(shared: &Arc<Shared>, key: &str, pod: &Pod, node: &str) {
@@ -1019,8 +1098,9 @@ mod pending_tests {
     fn pending_pods_keep_what_scheduling_reads() {
         let full = sample("nginx", "0/1 nodes are available");
         let kept = PendingPod::new(&slim_pending(full.clone())).expect("serializes");
-        assert!(kept.json.len() < 1024, "kept {} bytes", kept.json.len());
-        let back = kept.pod().expect("parses");
+        let json = kept.json.as_deref().expect("a new pending pod keeps its JSON");
+        assert!(json.len() < 1024, "kept {} bytes", json.len());
+        let back = kept.pod().expect("kept").expect("parses");
         assert_eq!(back.metadata.uid.as_deref(), Some("u1"));
         assert_eq!(back.metadata.labels, full.metadata.labels);
         assert_eq!(back.metadata.annotations, None);
@@ -1061,5 +1141,27 @@ mod pending_tests {
         apply_pending(&mut st, again);
         assert_eq!(st.queue.next_ready().as_deref(), Some("default/web"));
         assert_eq!(st.pending.len(), 1);
+    }
+
+    #[test]
+    fn parked_pods_keep_no_json_until_a_change_needs_it() {
+        let mut st = State::default();
+        apply_pending(&mut st, sample("nginx", "a"));
+        assert_eq!(st.queue.next_ready().as_deref(), Some("default/web"));
+        st.queue.park_unschedulable("default/web", false);
+        // Our own PodScheduled update arrives while the pod is parked: nothing to keep.
+        apply_pending(&mut st, sample("nginx", "0/0 nodes are available"));
+        assert!(st.pending["default/web"].json.is_none());
+        assert!(st.pending["default/web"].pod().is_none());
+        assert_eq!(st.queue.next_ready(), None);
+        // A spec change is a new problem: kept in full and queued at once.
+        apply_pending(&mut st, sample("nginx:2", "b"));
+        assert!(st.pending["default/web"].pod().is_some_and(|p| p.is_ok()));
+        assert_eq!(st.queue.next_ready().as_deref(), Some("default/web"));
+        // A read-back pod goes to the front of the queue.
+        st.queue.activate("default/other");
+        st.queue.activate_front("default/web");
+        assert_eq!(st.queue.next_ready().as_deref(), Some("default/web"));
+        assert_eq!(st.queue.next_ready().as_deref(), Some("default/other"));
     }
 }
