@@ -172,7 +172,12 @@ async fn service_account_tokens() {
     let managed = pod.metadata.managed_fields.clone().expect("managedFields");
     assert_eq!(managed.len(), 1, "{managed:?}");
     let owned = serde_json::to_string(&managed[0].fields_v1).expect("fieldsV1");
-    for defaulted in ["f:image", "f:imagePullPolicy", "f:restartPolicy", "f:dnsPolicy"] {
+    for defaulted in [
+        "f:image",
+        "f:imagePullPolicy",
+        "f:restartPolicy",
+        "f:dnsPolicy",
+    ] {
         assert!(owned.contains(defaulted), "{defaulted} not owned: {owned}");
     }
     for admitted in [

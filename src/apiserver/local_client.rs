@@ -33,8 +33,8 @@ pub fn client(state: Arc<AppState>, identity: Identity, component: &str) -> kube
         std::env::consts::OS,
         super::go_arch()
     );
-    let user_agent = HeaderValue::from_str(&user_agent)
-        .unwrap_or_else(|_| HeaderValue::from_static("k3rs"));
+    let user_agent =
+        HeaderValue::from_str(&user_agent).unwrap_or_else(|_| HeaderValue::from_static("k3rs"));
     let service = tower::ServiceBuilder::new()
         .layer(tower::retry::RetryLayer::new(
             kube::client::retry::RetryPolicy::server_retry(),
@@ -55,7 +55,6 @@ struct Local {
     user_agent: HeaderValue,
 }
 
-
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl tower::Service<Request<kube::client::Body>> for Local {
@@ -75,10 +74,7 @@ impl tower::Service<Request<kube::client::Body>> for Local {
         );
         Box::pin(async move {
             let (mut parts, body) = request.into_parts();
-            parts
-                .headers
-                .entry(USER_AGENT)
-                .or_insert(user_agent);
+            parts.headers.entry(USER_AGENT).or_insert(user_agent);
             let body = body.collect().await?.to_bytes();
             let request = Request::from_parts(parts, RequestBody::Local(body));
             Ok(dispatch(state, Some(identity), request).await)

@@ -181,8 +181,13 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         .context("building the admin client")?;
     wait_until_ready(&admin).await;
     if !config.disable_controller_manager {
-        let client = component_client(&prepared, &server, "client-controller", "kube-controller-manager")
-            .context("building the controller-manager's client")?;
+        let client = component_client(
+            &prepared,
+            &server,
+            "client-controller",
+            "kube-controller-manager",
+        )
+        .context("building the controller-manager's client")?;
         // The cluster DNS Service and its slice of node DNS servers (see dns::bootstrap).
         tokio::spawn(crate::dns::bootstrap::run(
             client.clone(),

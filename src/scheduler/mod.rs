@@ -1098,7 +1098,10 @@ mod pending_tests {
     fn pending_pods_keep_what_scheduling_reads() {
         let full = sample("nginx", "0/1 nodes are available");
         let kept = PendingPod::new(&slim_pending(full.clone())).expect("serializes");
-        let json = kept.json.as_deref().expect("a new pending pod keeps its JSON");
+        let json = kept
+            .json
+            .as_deref()
+            .expect("a new pending pod keeps its JSON");
         assert!(json.len() < 1024, "kept {} bytes", json.len());
         let back = kept.pod().expect("kept").expect("parses");
         assert_eq!(back.metadata.uid.as_deref(), Some("u1"));
