@@ -27,7 +27,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use super::Config;
-use super::pods::PodInformer;
+use super::pods::{CachedPod, PodInformer};
 use super::workload::now_time;
 
 /// kube's `gcCheckPeriod`.
@@ -52,7 +52,7 @@ pub struct PodFacts {
 }
 
 impl PodFacts {
-    fn of(pod: &Pod) -> PodFacts {
+    fn of(pod: &CachedPod) -> PodFacts {
         let status = pod.status.as_ref();
         PodFacts {
             uid: pod.metadata.uid.clone().unwrap_or_default(),

@@ -39,6 +39,7 @@ use tokio::sync::Mutex;
 
 use super::RETRY;
 use super::events::{EventType, Recorder, reference};
+use super::pods::CachedPod;
 use super::workload::{
     ReconcileError, ReplicaCounts, ReplicatedPods, availability, controller_of, controller_ref,
     is_active, is_ready, ready_since, selector_matches,
@@ -140,7 +141,7 @@ pub(crate) async fn run_for<K: ReplicatedPods>(client: kube::Client, pods: PodIn
 
 /// The owners a pod event concerns: its controller, or (for an orphan) every
 /// owner of kind `K` in its namespace whose selector matches it.
-fn owners_for<K: ReplicatedPods>(store: &Store<K>, pod: &Pod) -> Vec<ObjectRef<K>> {
+fn owners_for<K: ReplicatedPods>(store: &Store<K>, pod: &CachedPod) -> Vec<ObjectRef<K>> {
     let Some(namespace) = pod.metadata.namespace.as_deref() else {
         return Vec::new();
     };
@@ -174,7 +175,7 @@ fn error_policy<K: ReplicatedPods>(
 /// less time before longer, more restarts first, newer before older.
 type DeletionRank = (bool, u8, bool, i64, Reverse<i32>, Reverse<i64>);
 
-fn deletion_rank(pod: &Pod) -> DeletionRank {
+fn deletion_rank(pod: &CachedPod) -> DeletionRank {
     let assigned = pod
         .spec
         .as_ref()
@@ -209,8 +210,8 @@ fn deletion_rank(pod: &Pod) -> DeletionRank {
 }
 
 /// Chooses which `count` pods to delete.
-fn pods_to_delete(pods: &[&Pod], count: usize) -> Vec<String> {
-    let mut ranked: Vec<&&Pod> = pods.iter().collect();
+fn pods_to_delete(pods: &[&CachedPod], count: usize) -> Vec<String> {
+    let mut ranked: Vec<&&CachedPod> = pods.iter().collect();
     ranked.sort_by_key(|p| deletion_rank(p));
     ranked
         .into_iter()
@@ -220,7 +221,7 @@ fn pods_to_delete(pods: &[&Pod], count: usize) -> Vec<String> {
 }
 
 /// Whether pod labels include every label of the template (fullyLabeledReplicas).
-fn fully_labeled(template: Option<&PodTemplateSpec>, pod: &Pod) -> bool {
+fn fully_labeled(template: Option<&PodTemplateSpec>, pod: &CachedPod) -> bool {
     let template_labels = template
         .and_then(|t| t.metadata.as_ref())
         .and_then(|m| m.labels.as_ref());
@@ -243,7 +244,7 @@ async fn reconcile<K: ReplicatedPods>(
     let uid = rs.uid().context("object has no uid")?;
     let selector = rs.pod_selector();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-    let listed: Vec<Arc<Pod>> = ctx
+    let listed: Vec<Arc<CachedPod>> = ctx
         .pods
         .store()
         .state()
@@ -253,7 +254,7 @@ async fn reconcile<K: ReplicatedPods>(
     let terminating = rs.meta().deletion_timestamp.is_some();
 
     // Claim: keep matching owned pods, release non-matching ones, adopt orphans.
-    let mut owned: Vec<Arc<Pod>> = Vec::new();
+    let mut owned: Vec<Arc<CachedPod>> = Vec::new();
     for pod in listed {
         let matches = selector_matches(&selector, pod.metadata.labels.as_ref());
         match controller_of(&pod.metadata) {
@@ -268,7 +269,7 @@ async fn reconcile<K: ReplicatedPods>(
             None => {
                 if matches && !terminating && pod.metadata.deletion_timestamp.is_none() {
                     match adopt(&pods_api, &pod, rs.as_ref()).await {
-                        Ok(adopted) => owned.push(Arc::new(adopted)),
+                        Ok(adopted) => owned.push(Arc::new(CachedPod::from(adopted))),
                         Err(e) => {
                             tracing::debug!(pod = %pod.name_any(), error = %e, "could not adopt pod")
                         }
@@ -277,11 +278,7 @@ async fn reconcile<K: ReplicatedPods>(
             }
         }
     }
-    let active: Vec<&Pod> = owned
-        .iter()
-        .map(|p| p.as_ref())
-        .filter(|p| is_active(p))
-        .collect();
+    let active: Vec<&CachedPod> = owned.iter().map(|p| p.as_ref()).filter(is_active).collect();
 
     // Expectations: wait until our own earlier writes are visible.
     let satisfied = {
@@ -537,7 +534,11 @@ async fn delete_pods<K: ReplicatedPods>(
 }
 
 /// Makes `rs` the controller of an orphan pod.
-async fn adopt<K: ReplicatedPods>(pods_api: &Api<Pod>, pod: &Pod, rs: &K) -> anyhow::Result<Pod> {
+async fn adopt<K: ReplicatedPods>(
+    pods_api: &Api<Pod>,
+    pod: &CachedPod,
+    rs: &K,
+) -> anyhow::Result<Pod> {
     let owner = controller_ref(rs).context("owner without name or uid")?;
     let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();
     refs.push(owner);
@@ -555,7 +556,7 @@ async fn adopt<K: ReplicatedPods>(pods_api: &Api<Pod>, pod: &Pod, rs: &K) -> any
 }
 
 /// Drops the ownerReference of `uid` from a pod that no longer matches.
-async fn release(pods_api: &Api<Pod>, pod: &Pod, uid: &str) -> anyhow::Result<()> {
+async fn release(pods_api: &Api<Pod>, pod: &CachedPod, uid: &str) -> anyhow::Result<()> {
     let refs: Vec<_> = pod
         .metadata
         .owner_references
@@ -580,11 +581,12 @@ async fn release(pods_api: &Api<Pod>, pod: &Pod, uid: &str) -> anyhow::Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+    use crate::controllers::pods::CachedPodSpec;
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    fn pod(name: &str, created: i64, node: Option<&str>, phase: &str, ready: bool) -> Pod {
-        Pod {
+    fn pod(name: &str, created: i64, node: Option<&str>, phase: &str, ready: bool) -> CachedPod {
+        CachedPod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 creation_timestamp: Some(Time(
@@ -592,7 +594,7 @@ mod tests {
                 )),
                 ..Default::default()
             },
-            spec: Some(PodSpec {
+            spec: Some(CachedPodSpec {
                 node_name: node.map(String::from),
                 ..Default::default()
             }),

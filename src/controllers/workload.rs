@@ -10,7 +10,7 @@
 use anyhow::Context as _;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Pod, PodStatus, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use super::deployment::template_hash;
+use super::pods::CachedPod;
 
 /// Status counts of a replicated-pods owner, as last written.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -250,16 +251,50 @@ pub fn target_node(pod: &Pod) -> Option<String> {
         .and_then(|r| r.values.as_ref()?.first().cloned())
 }
 
+/// What the workload helpers read of a pod, so that they serve pods listed from the API
+/// and the controller manager's cached ones ([`CachedPod`]) alike.
+pub trait PodParts {
+    fn pod_meta(&self) -> &ObjectMeta;
+    fn pod_status(&self) -> Option<&PodStatus>;
+}
+
+impl PodParts for Pod {
+    fn pod_meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn pod_status(&self) -> Option<&PodStatus> {
+        self.status.as_ref()
+    }
+}
+
+/// Callers hold pods behind references of every depth (`&&Pod` from filters).
+impl<P: PodParts + ?Sized> PodParts for &P {
+    fn pod_meta(&self) -> &ObjectMeta {
+        (**self).pod_meta()
+    }
+    fn pod_status(&self) -> Option<&PodStatus> {
+        (**self).pod_status()
+    }
+}
+
+impl PodParts for CachedPod {
+    fn pod_meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn pod_status(&self) -> Option<&PodStatus> {
+        self.status.as_ref()
+    }
+}
+
 /// The phase of a pod ("Pending" when unset).
-pub fn phase(pod: &Pod) -> &str {
-    pod.status
-        .as_ref()
+pub fn phase<P: PodParts + ?Sized>(pod: &P) -> &str {
+    pod.pod_status()
         .and_then(|s| s.phase.as_deref())
         .unwrap_or("Pending")
 }
 
 /// Running and Ready (what OrderedReady StatefulSets wait for).
-pub fn is_running_and_ready(pod: &Pod) -> bool {
+pub fn is_running_and_ready<P: PodParts + ?Sized>(pod: &P) -> bool {
     phase(pod) == "Running" && is_ready(pod)
 }
 
@@ -346,19 +381,18 @@ pub fn now_time() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
 }
 
 /// A pod that counts toward a controller's replicas: not terminating, not finished.
-pub fn is_active(pod: &Pod) -> bool {
-    if pod.metadata.deletion_timestamp.is_some() {
+pub fn is_active<P: PodParts + ?Sized>(pod: &P) -> bool {
+    if pod.pod_meta().deletion_timestamp.is_some() {
         return false;
     }
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let phase = pod.pod_status().and_then(|s| s.phase.as_deref());
     !matches!(phase, Some("Succeeded") | Some("Failed"))
 }
 
 /// Seconds since the pod's Ready condition turned True, or None when not ready.
-pub fn ready_since(pod: &Pod) -> Option<i64> {
+pub fn ready_since<P: PodParts + ?Sized>(pod: &P) -> Option<i64> {
     let condition = pod
-        .status
-        .as_ref()?
+        .pod_status()?
         .conditions
         .as_ref()?
         .iter()
@@ -375,13 +409,16 @@ pub fn ready_since(pod: &Pod) -> Option<i64> {
 }
 
 /// Whether the pod is Ready.
-pub fn is_ready(pod: &Pod) -> bool {
+pub fn is_ready<P: PodParts + ?Sized>(pod: &P) -> bool {
     ready_since(pod).is_some()
 }
 
 /// Availability of a pod given `minReadySeconds`: `Ok(())` when available,
 /// `Err(Some(wait))` when ready but not yet for long enough, `Err(None)` when not ready.
-pub fn availability(pod: &Pod, min_ready_seconds: i32) -> Result<(), Option<Duration>> {
+pub fn availability<P: PodParts + ?Sized>(
+    pod: &P,
+    min_ready_seconds: i32,
+) -> Result<(), Option<Duration>> {
     let Some(since) = ready_since(pod) else {
         return Err(None);
     };
