@@ -71,6 +71,7 @@ fn service_ports(services: usize, endpoints: usize) -> Vec<ServicePort> {
                     )),
                     port: 8080,
                     local: e % 2 == 0,
+                    hairpin: e % 2 == 0,
                     ready: true,
                     serving: true,
                     terminating: false,

@@ -487,6 +487,7 @@ mod tests {
                     ip: ip(e),
                     port: 5353,
                     local: true,
+                    hairpin: true,
                     ready: true,
                     serving: true,
                     terminating: false,

@@ -50,6 +50,11 @@ pub struct Endpoint {
     pub port: u16,
     /// On this proxy's node (`nodeName`).
     pub local: bool,
+    /// May be a pod of this node: on it, or with no `nodeName` saying where. Only such an
+    /// endpoint can be its own client (hairpin traffic, masqueraded), since a client's
+    /// packets pass through its own node's rules; listing every endpoint of the cluster
+    /// made the hairpin set the largest part of each node's table.
+    pub hairpin: bool,
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
@@ -234,6 +239,7 @@ pub fn service_ports<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
                             ip,
                             port: target,
                             local,
+                            hairpin: local || endpoint.node_name.is_none(),
                             ready,
                             serving,
                             terminating,
@@ -321,11 +327,46 @@ mod tests {
     }
 
     #[test]
+    fn only_endpoints_that_may_be_on_this_node_can_hairpin() {
+        let svc = service(json!({
+            "metadata": {"namespace": "ns", "name": "web"},
+            "spec": {"clusterIP": "10.43.0.5", "ports": [{"port": 80}]}
+        }));
+        let es = slice(json!({
+            "metadata": {"namespace": "ns", "name": "web-1",
+                         "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4",
+            "ports": [{"port": 8080}],
+            "endpoints": [
+                {"addresses": ["10.42.0.2"], "nodeName": "me"},
+                {"addresses": ["10.42.1.2"], "nodeName": "other"},
+                {"addresses": ["192.0.2.7"]}
+            ]
+        }));
+        let ports = service_ports(&[svc], &[es], "me");
+        let hairpin: Vec<(String, bool, bool)> = ports[0]
+            .endpoints
+            .iter()
+            .map(|e| (e.ip.to_string(), e.local, e.hairpin))
+            .collect();
+        assert_eq!(
+            hairpin,
+            [
+                ("10.42.0.2".to_string(), true, true),
+                ("10.42.1.2".to_string(), false, false),
+                // No nodeName: it may be this node's pod.
+                ("192.0.2.7".to_string(), false, true),
+            ]
+        );
+    }
+
+    #[test]
     fn terminating_serving_endpoints_are_the_fallback_when_none_is_ready() {
         let endpoint = |ip: &str, ready, serving, terminating| Endpoint {
             ip: ip.parse().expect("ip"),
             port: 80,
             local: false,
+            hairpin: false,
             ready,
             serving,
             terminating,

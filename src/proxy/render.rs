@@ -785,16 +785,19 @@ pub fn render_port(family: Family, port: &ServicePort, slots: &Slots) -> Fragmen
         return out;
     }
     let (all, local) = family_endpoints(family, port);
-    // Every endpoint some path may use: hairpin traffic (an endpoint reaching itself through
-    // the Service) is masqueraded in postrouting; with affinity each gets a chain.
+    // Every endpoint some path may use: hairpin traffic (an endpoint of this node reaching
+    // itself through the Service) is masqueraded in postrouting; with affinity each gets a
+    // chain.
     let mut used: BTreeSet<&Endpoint> = all.iter().copied().collect();
     used.extend(local.iter().copied());
     for endpoint in &used {
-        out.shared(
-            HAIRPIN_ENDPOINTS,
-            format!("{} . {}", endpoint.ip, endpoint.ip),
-            String::new(),
-        );
+        if endpoint.hairpin {
+            out.shared(
+                HAIRPIN_ENDPOINTS,
+                format!("{} . {}", endpoint.ip, endpoint.ip),
+                String::new(),
+            );
+        }
         let Some(timeout) = port.affinity_timeout else {
             continue;
         };

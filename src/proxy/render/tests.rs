@@ -10,6 +10,7 @@ fn endpoint(addr: &str, local: bool) -> Endpoint {
         ip: ip(addr),
         port: 8080,
         local,
+        hairpin: local,
         ready: true,
         serving: true,
         terminating: false,
@@ -123,10 +124,13 @@ fn cluster_ip_balances_over_ready_endpoints_and_masquerades_off_cluster_sources(
     let own_map = format!("{}-endpoints", handle("service", &svc.id()));
     assert!(!rs.sets.contains_key(&own_map));
     assert!(!rs.chains.keys().any(|c| c.starts_with("endpoint-")));
-    assert!(
+    // Only this node's endpoint can be its own client.
+    assert_eq!(
         rs.sets["hairpin-endpoints"]
             .elements
-            .contains_key("10.42.0.5 . 10.42.0.5")
+            .keys()
+            .collect::<Vec<_>>(),
+        ["10.42.0.5 . 10.42.0.5"]
     );
     assert!(rs.sets["no-endpoint-services"].elements.is_empty());
     assert_eq!(
@@ -321,14 +325,24 @@ fn one_endpoint_change_is_an_element_update_only() {
         [
             format!("delete element ip k3rs {map} {{ {} }}", base + 1),
             format!("add element ip k3rs {map} {{ {} : 10.42.1.9 }}", base + 1),
-            "delete element ip k3rs hairpin-endpoints { 10.42.1.6 . 10.42.1.6 }".to_string(),
-            "add element ip k3rs hairpin-endpoints { 10.42.1.9 . 10.42.1.9 }".to_string(),
+        ]
+    );
+    // A local endpoint may also be its own client: its hairpin pair moves with it.
+    web.endpoints[0] = endpoint("10.42.0.7", true);
+    let moved = render(Family::V4, std::slice::from_ref(&web), &options());
+    assert_eq!(
+        moved.diff_text(&after).lines().collect::<Vec<_>>(),
+        [
+            format!("delete element ip k3rs {map} {{ {base} }}"),
+            format!("add element ip k3rs {map} {{ {base} : 10.42.0.7 }}"),
+            "delete element ip k3rs hairpin-endpoints { 10.42.0.5 . 10.42.0.5 }".to_string(),
+            "add element ip k3rs hairpin-endpoints { 10.42.0.7 . 10.42.0.7 }".to_string(),
         ]
     );
     // A third endpoint changes the modulus: the chain is refilled, the map gains one.
     web.endpoints.push(endpoint("10.42.2.7", false));
     let grown = render(Family::V4, std::slice::from_ref(&web), &options());
-    let diff = grown.diff_text(&after);
+    let diff = grown.diff_text(&moved);
     assert!(
         diff.contains(&format!(
             "numgen random mod 3 offset {base} map @{map} : 8080"

@@ -13,6 +13,7 @@ fn endpoint(addr: &str, local: bool) -> Endpoint {
         ip: ip(addr),
         port: 8080,
         local,
+        hairpin: local,
         ready: true,
         serving: true,
         terminating: false,
