@@ -4,6 +4,9 @@
 //! * **full_sync_ms**: render + apply 1,000 Services × 10 endpoints (NodePort, one named
 //!   TCP port each) as one full replacement of the table, inside a private network
 //!   namespace (`ip netns exec`, so the host's rules are untouched); median of 3.
+//! * **render_ms**: the Rust side of a full sync alone — the table rendered from the
+//!   model and written out as the `nft -f` script — so the rest of `full_sync_ms` reads as
+//!   `nft` and the kernel; median of 5.
 //! * **one_change_ms**: one endpoint of one Service replaced in that set; the proxy's
 //!   normal partial update (render, diff, and the changed elements of that Service's
 //!   endpoint map and of the hairpin set in one `nft -f`); median of 5.
@@ -18,7 +21,7 @@
 //!   figures can be read against what this machine's loopback allows at all.
 //!
 //! Last line: `RESULT net full_sync_ms=<n> one_change_ms=<n> dns_qps=<n> udp_echo_per_s=<n>
-//! dns_vs_echo=<r> dns_sequential_qps=<n> udp_echo_rtt_per_s=<n>`. Without
+//! dns_vs_echo=<r> dns_sequential_qps=<n> udp_echo_rtt_per_s=<n> render_ms=<n>`. Without
 //! `--bench` (`cargo test --benches`) the sizes are tiny (a smoke test).
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -28,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use k3rs::dns::{self, View};
 use k3rs::proxy::model::{Endpoint, Protocol, ServicePort};
+use k3rs::proxy::table::TableState;
 use k3rs::proxy::{Family, Host, RenderOptions, SyncKind, Syncer};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -135,6 +139,27 @@ async fn rule_sync(services: usize, rounds: usize) -> (f64, f64) {
         "the last change is missing"
     );
     (median(full), median(change))
+}
+
+/// The Rust side of a full sync: the IPv4 table built from the model and written as the
+/// script `nft -f` would read; median of 5, in milliseconds.
+fn render_time(services: usize) -> f64 {
+    let options = RenderOptions {
+        table: "k3rs".into(),
+        node_ips: vec![IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10))],
+        cluster_cidrs: vec!["10.96.0.0/16".into()],
+    };
+    let ports = service_ports(services, 10);
+    let runs = (0..5)
+        .map(|_| {
+            let started = Instant::now();
+            let script = TableState::build(Family::V4, &options, &ports).full_text();
+            let elapsed = started.elapsed().as_secs_f64() * 1000.0;
+            assert!(script.len() > services * 100, "the script is too short");
+            elapsed
+        })
+        .collect();
+    median(runs)
 }
 
 async fn dns_rate(services: usize, duration: Duration) -> DnsRates {
@@ -324,6 +349,10 @@ async fn main() {
     println!(
         "rule sync: full render+apply {full:.1} ms (median of {rounds}), one endpoint change {change:.1} ms (median of 5)"
     );
+    let render = render_time(services);
+    println!(
+        "rule sync: render alone {render:.1} ms (median of 5; the rest is nft and the kernel)"
+    );
     // Alternate the two so both see the same machine; medians of three each.
     let (mut qps_runs, mut sequential_runs, mut echo_runs, mut echo_rtt_runs) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -357,7 +386,7 @@ async fn main() {
         sequential / echo_rtt
     );
     println!(
-        "RESULT net full_sync_ms={} one_change_ms={} dns_qps={} udp_echo_per_s={} dns_vs_echo={:.2} dns_sequential_qps={} udp_echo_rtt_per_s={}",
+        "RESULT net full_sync_ms={} one_change_ms={} dns_qps={} udp_echo_per_s={} dns_vs_echo={:.2} dns_sequential_qps={} udp_echo_rtt_per_s={} render_ms={}",
         full.round(),
         change.round(),
         qps.round(),
@@ -365,5 +394,6 @@ async fn main() {
         qps / echo,
         sequential.round(),
         echo_rtt.round(),
+        render.round(),
     );
 }
