@@ -147,21 +147,24 @@ struct Queue {
 impl Queue {
     /// Queues a new or changed pod for an immediate attempt.
     fn activate(&mut self, key: &str) {
-        self.backoff.remove(key);
-        self.unschedulable.remove(key);
-        self.wake_on_pod_add.remove(key);
-        if self.in_active.insert(key.to_string()) {
-            self.active.push_back(key.to_string());
-        }
+        self.enqueue(key, false);
     }
 
     /// Queues a pod for the very next attempt (one that was just read back).
     fn activate_front(&mut self, key: &str) {
+        self.enqueue(key, true);
+    }
+
+    fn enqueue(&mut self, key: &str, front: bool) {
         self.backoff.remove(key);
         self.unschedulable.remove(key);
         self.wake_on_pod_add.remove(key);
         if self.in_active.insert(key.to_string()) {
-            self.active.push_front(key.to_string());
+            if front {
+                self.active.push_front(key.to_string());
+            } else {
+                self.active.push_back(key.to_string());
+            }
         }
     }
 
