@@ -725,3 +725,38 @@ async fn preferred_affinity_and_image_locality_win_on_score() {
         assert_eq!(wait_bound(&client, &name).await, "n4", "image locality");
     }
 }
+
+/// The server's own scheduler (an in-process client): its status writes carry the
+/// `kube-scheduler` field manager, as kube-scheduler's do, and a pod it parked as
+/// unschedulable (kept without its JSON) is read back and bound once a node fits.
+#[tokio::test]
+async fn the_servers_scheduler_writes_as_kube_scheduler_and_binds_parked_pods() {
+    let server = Server::start_with(&[]);
+    let client = client(&server).await;
+    create_pod(&client, "waiting", "1", json!({})).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let managers = eventually("PodScheduled=False", Duration::from_secs(30), || async {
+        let pod = pods.get("waiting").await.ok()?;
+        pod.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+        pod.metadata.managed_fields
+    })
+    .await;
+    let scheduler = managers
+        .iter()
+        .find(|m| m.subresource.as_deref() == Some("status"))
+        .expect("a status entry");
+    assert_eq!(
+        scheduler.manager.as_deref(),
+        Some("kube-scheduler"),
+        "{managers:?}"
+    );
+    // Long enough for the pod to be parked and our own status update to arrive.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    fake_node(&client, "late", "4", "8Gi", json!({}), json!([])).await;
+    assert_eq!(wait_bound(&client, "waiting").await, "late");
+}
