@@ -101,11 +101,7 @@ async fn rule_sync(services: usize, rounds: usize) -> (f64, f64) {
         "ip netns add {name} failed: the bench needs root"
     );
     let _guard = Netns(name.clone());
-    let options = RenderOptions {
-        table: "k3rs".into(),
-        node_ips: vec![IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10))],
-        cluster_cidrs: vec!["10.96.0.0/16".into()],
-    };
+    let options = render_options();
     let host = Host { netns: Some(name) };
     let mut ports = service_ports(services, 10);
     let mut full = Vec::new();
@@ -141,14 +137,19 @@ async fn rule_sync(services: usize, rounds: usize) -> (f64, f64) {
     (median(full), median(change))
 }
 
-/// The Rust side of a full sync: the IPv4 table built from the model and written as the
-/// script `nft -f` would read; median of 5, in milliseconds.
-fn render_time(services: usize) -> f64 {
-    let options = RenderOptions {
+/// The node and cluster the rule-sync figures render for.
+fn render_options() -> RenderOptions {
+    RenderOptions {
         table: "k3rs".into(),
         node_ips: vec![IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10))],
         cluster_cidrs: vec!["10.96.0.0/16".into()],
-    };
+    }
+}
+
+/// The Rust side of a full sync: the IPv4 table built from the model and written as the
+/// script `nft -f` would read; median of 5, in milliseconds.
+fn render_time(services: usize) -> f64 {
+    let options = render_options();
     let ports = service_ports(services, 10);
     let runs = (0..5)
         .map(|_| {

@@ -31,7 +31,7 @@ pub fn client(state: Arc<AppState>, identity: Identity, component: &str) -> kube
         "{component}/{} ({}/{}) k3rs",
         super::git_version(),
         std::env::consts::OS,
-        super::go_arch()
+        crate::cli::go_arch()
     );
     let user_agent =
         HeaderValue::from_str(&user_agent).unwrap_or_else(|_| HeaderValue::from_static("k3rs"));

@@ -673,15 +673,6 @@ pub(crate) fn git_version() -> String {
     format!("v{major}.{minor}.0+k3rs{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// The machine's architecture as Go, and so Kubernetes' platform strings, name it.
-pub(crate) fn go_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    }
-}
-
 fn version() -> Value {
     let (major, minor) = KUBE_VERSION;
     json!({
@@ -693,7 +684,7 @@ fn version() -> Value {
         "buildDate": "1970-01-01T00:00:00Z",
         "goVersion": "rust",
         "compiler": "rustc",
-        "platform": format!("linux/{}", go_arch()),
+        "platform": format!("linux/{}", crate::cli::go_arch()),
     })
 }
 

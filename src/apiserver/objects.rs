@@ -536,7 +536,6 @@ fn default_replication_controller_labels(value: &mut Value) {
     }
 }
 
-/// Applies Kubernetes's defaults for built-in kinds (visible in `kubectl get -o yaml`).
 /// What kube-apiserver's mutating admission plugins fill in, as opposed to the type's
 /// defaulting: a pod's service account (ServiceAccount), `priority` and
 /// `preemptionPolicy` (Priority) and the NoExecute tolerations
@@ -566,6 +565,7 @@ pub fn admission_defaults(info: &ResourceInfo, value: &mut Value) {
     default_toleration_seconds(spec);
 }
 
+/// Applies Kubernetes's defaults for built-in kinds (visible in `kubectl get -o yaml`).
 pub fn apply_defaults(info: &ResourceInfo, value: &mut Value) {
     if info.custom {
         return;

@@ -32,6 +32,20 @@ pub const GIT_COMMIT: &str = match option_env!("K3RS_GIT_COMMIT") {
     None => "unknown",
 };
 
+/// Kubernetes' name for the build architecture (`GOARCH`): the Node's architecture, its
+/// `kubernetes.io/arch` label, `/version`'s platform, the components' User-Agents.
+pub fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "arm" => "arm",
+        "powerpc64" => "ppc64le",
+        "s390x" => "s390x",
+        "riscv64" => "riscv64",
+        other => other,
+    }
+}
+
 /// The `k3rs --version` line, in k3s's style: `k3rs version v0.1.0 (1a2b3c4d)`.
 pub fn version_string() -> String {
     let commit = GIT_COMMIT.trim();

@@ -33,9 +33,7 @@ pub type PodInformer = crate::informer::Shared<CachedPod>;
 pub struct CachedPod {
     #[serde(default)]
     pub metadata: ObjectMeta,
-    #[serde(default)]
     pub spec: Option<CachedPodSpec>,
-    #[serde(default)]
     pub status: Option<PodStatus>,
 }
 
@@ -43,9 +41,7 @@ pub struct CachedPod {
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct CachedPodSpec {
-    #[serde(default)]
     pub node_name: Option<String>,
-    #[serde(default)]
     pub tolerations: Option<Vec<Toleration>>,
 }
 

@@ -142,19 +142,6 @@ pub fn filesystem_size(path: &Path) -> Option<FsUsage> {
     })
 }
 
-/// Kubernetes' name for the build architecture (`GOARCH`).
-pub fn go_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "arm" => "arm",
-        "powerpc64" => "ppc64le",
-        "s390x" => "s390x",
-        "riscv64" => "riscv64",
-        other => other,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

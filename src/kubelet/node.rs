@@ -175,7 +175,7 @@ pub fn carry_transitions(new: &mut [NodeCondition], old: &[NodeCondition], now: 
 
 /// The labels the kubelet owns on its Node plus the configured ones.
 pub fn node_labels(node_name: &str, extra: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    let arch = host::go_arch();
+    let arch = crate::cli::go_arch();
     let mut labels = BTreeMap::from([
         ("kubernetes.io/hostname".to_string(), node_name.to_string()),
         ("kubernetes.io/os".to_string(), "linux".to_string()),
@@ -426,7 +426,7 @@ impl NodeAgent {
                 }),
             }),
             node_info: Some(NodeSystemInfo {
-                architecture: host::go_arch().to_string(),
+                architecture: crate::cli::go_arch().to_string(),
                 boot_id: facts.boot_id.clone(),
                 container_runtime_version: self.runtime_version.clone(),
                 kernel_version: facts.kernel_version.clone(),
@@ -728,7 +728,7 @@ mod tests {
         let labels = node_labels("n1", &extra);
         assert_eq!(labels["kubernetes.io/hostname"], "n1");
         assert_eq!(labels["kubernetes.io/os"], "linux");
-        assert_eq!(labels["beta.kubernetes.io/arch"], host::go_arch());
+        assert_eq!(labels["beta.kubernetes.io/arch"], crate::cli::go_arch());
         assert_eq!(labels["node-role.kubernetes.io/control-plane"], "true");
     }
 

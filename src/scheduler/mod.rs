@@ -451,14 +451,26 @@ struct PendingPod {
 
 impl PendingPod {
     fn new(pod: &Pod) -> Result<PendingPod, serde_json::Error> {
+        let mut pending = PendingPod::parked(pod)?;
+        pending.keep_json(pod)?;
+        Ok(pending)
+    }
+
+    /// What a parked pod keeps: its uid and spec digest, no JSON.
+    fn parked(pod: &Pod) -> Result<PendingPod, serde_json::Error> {
         let spec = serde_json::to_vec(&pod.spec)?;
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         hasher.write(&spec);
         Ok(PendingPod {
             uid: pod.metadata.uid.clone(),
             spec_digest: hasher.finish(),
-            json: Some(serde_json::to_vec(pod)?.into_boxed_slice()),
+            json: None,
         })
+    }
+
+    fn keep_json(&mut self, pod: &Pod) -> Result<(), serde_json::Error> {
+        self.json = Some(serde_json::to_vec(pod)?.into_boxed_slice());
+        Ok(())
     }
 
     /// The pod, or `None` if it was parked and must be read back first.
@@ -474,7 +486,8 @@ fn apply_pending(st: &mut State, pod: Pod) {
         st.queue.forget(&key);
         return;
     }
-    let pending = match PendingPod::new(&slim_pending(pod)) {
+    let pod = slim_pending(pod);
+    let mut pending = match PendingPod::parked(&pod) {
         Ok(p) => p,
         Err(e) => {
             // Cannot happen for a Pod that was just deserialized; never lose it silently.
@@ -482,16 +495,18 @@ fn apply_pending(st: &mut State, pod: Pod) {
             return;
         }
     };
-    let mut pending = pending;
     let retry = match st.pending.get(&key) {
         // A changed spec or a new incarnation is a new scheduling problem; a status
         // update (our own PodScheduled condition) is not.
         Some(old) => old.spec_digest != pending.spec_digest || old.uid != pending.uid,
         None => true,
     };
-    if !retry && st.queue.is_parked(&key) {
-        // Still parked: it is read back when it comes out (see `PendingPod`).
-        pending.json = None;
+    // A pod still parked keeps no JSON: it is read back when it comes out.
+    if (retry || !st.queue.is_parked(&key))
+        && let Err(e) = pending.keep_json(&pod)
+    {
+        tracing::error!(pod = %key, error = %e, "could not keep a pending pod");
+        return;
     }
     st.pending.insert(key.clone(), pending);
     if retry {
