@@ -165,3 +165,121 @@ async fn events_k8s_io_creation_rules_are_enforced() {
     let core: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
     assert!(core.get_opt("incomplete").await.expect("get").is_none());
 }
+
+/// Events are not held in the watch cache (kube-apiserver's default `events#0`): get,
+/// list, watch (from now, from a resourceVersion, with selectors) and deletecollection
+/// are served from the store and behave as for every cached kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_served_from_the_store() {
+    let server = Server::start();
+    let client = server.client().await;
+    let events: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
+    let event = |name: &str, reason: &str| -> CoreEvent {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "involvedObject": {"kind": "ConfigMap", "name": "subject", "namespace": "default"},
+            "reason": reason, "message": format!("{name} happened"), "type": "Normal",
+            "source": {"component": "test"}, "count": 1
+        }))
+        .expect("event")
+    };
+    let first = events
+        .create(&PostParams::default(), &event("first", "First"))
+        .await
+        .expect("create first");
+    assert_eq!(
+        events.get("first").await.expect("get").metadata.uid,
+        first.metadata.uid
+    );
+    let listed = events.list(&ListParams::default()).await.expect("list");
+    let rv = listed.metadata.resource_version.clone().expect("list rv");
+    assert!(
+        listed
+            .items
+            .iter()
+            .any(|e| e.metadata.name.as_deref() == Some("first")),
+        "{listed:?}"
+    );
+
+    // A watch from "0" starts with what exists; one from the list's version sees only later
+    // changes; a selector watch sees only what matches.
+    let mut from_zero = events
+        .watch(&WatchParams::default().timeout(10), "0")
+        .await
+        .expect("watch from 0")
+        .boxed();
+    let mut from_list = events
+        .watch(&WatchParams::default().timeout(10), &rv)
+        .await
+        .expect("watch from the list")
+        .boxed();
+    let mut second_only = events
+        .watch(
+            &WatchParams::default().timeout(10).fields("reason=Second"),
+            &rv,
+        )
+        .await
+        .expect("selector watch")
+        .boxed();
+    match from_zero.next().await.expect("event").expect("ok") {
+        WatchEvent::Added(e) => assert_eq!(e.metadata.name.as_deref(), Some("first")),
+        other => panic!("expected ADDED first, got {other:?}"),
+    }
+    events
+        .create(&PostParams::default(), &event("second", "Second"))
+        .await
+        .expect("create second");
+    let mut changed = first.clone();
+    changed.count = Some(2);
+    events
+        .replace("first", &PostParams::default(), &changed)
+        .await
+        .expect("update first");
+    events
+        .delete("second", &Default::default())
+        .await
+        .expect("delete second");
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        match from_list.next().await.expect("event").expect("ok") {
+            WatchEvent::Added(e) => {
+                seen.push(format!("ADDED {}", e.metadata.name.unwrap_or_default()))
+            }
+            WatchEvent::Modified(e) => seen.push(format!(
+                "MODIFIED {} {:?}",
+                e.metadata.name.unwrap_or_default(),
+                e.count
+            )),
+            WatchEvent::Deleted(e) => {
+                seen.push(format!("DELETED {}", e.metadata.name.unwrap_or_default()))
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        seen,
+        ["ADDED second", "MODIFIED first Some(2)", "DELETED second"]
+    );
+    let mut selected = Vec::new();
+    for _ in 0..2 {
+        match second_only.next().await.expect("event").expect("ok") {
+            WatchEvent::Added(e) => {
+                selected.push(format!("ADDED {}", e.metadata.name.unwrap_or_default()))
+            }
+            WatchEvent::Deleted(e) => {
+                selected.push(format!("DELETED {}", e.metadata.name.unwrap_or_default()))
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(selected, ["ADDED second", "DELETED second"]);
+
+    // deletecollection removes them all.
+    events
+        .delete_collection(&Default::default(), &ListParams::default())
+        .await
+        .expect("deletecollection");
+    let left = events.list(&ListParams::default()).await.expect("list");
+    assert!(left.items.is_empty(), "{:?}", left.items);
+    assert!(events.get_opt("first").await.expect("get").is_none());
+}

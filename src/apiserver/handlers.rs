@@ -20,7 +20,7 @@ use super::request::{Query, Target, Want};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::{ApiError, StatusCause, StatusDetails, success_status};
 use super::table;
-use super::watchcache::{CacheEvent, CachedObject, EventType, SubscribeError};
+use super::watchcache::{CacheEvent, CachedObject, EventFeed, EventType, FeedEnd, SubscribeError};
 use crate::store::{KeyValue, RangeRequest, StoreError};
 
 pub type ApiResult = Result<Response, ApiError>;
@@ -249,7 +249,14 @@ pub async fn get(state: &AppState, target: &Target, query: &Query, want: Want) -
     let name = name_of(target);
     let key = key_of(target);
     let rv = query.get("resourceVersion").unwrap_or("");
-    let object = if rv.is_empty() {
+    let object = if !super::watchcache::is_cached(&key) {
+        state
+            .store
+            .get(key.as_bytes())
+            .await
+            .map_err(store_err(info, name))?
+            .map(|kv| stored_to_response(&kv))
+    } else if rv.is_empty() {
         // Consistent read: wait until the cache has everything the store has.
         let current = state.store.current_revision();
         state.cache.wait_for(current, Duration::from_secs(3)).await;
@@ -418,15 +425,21 @@ pub async fn list(state: &AppState, target: &Target, query: &Query, want: Want) 
                 break;
             }
         }
-    } else if rv_match == "Exact" {
-        let at: i64 = rv
-            .parse()
-            .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?;
+    } else if rv_match == "Exact" || !super::watchcache::is_cached(&prefix) {
+        // An exact revision, or a kind the watch cache does not hold: read the store.
+        let at_revision =
+            if rv_match == "Exact" {
+                Some(rv.parse::<i64>().map_err(|_| {
+                    ApiError::bad_request(format!("invalid resource version {rv:?}"))
+                })?)
+            } else {
+                None
+            };
         let page = state
             .store
             .range(RangeRequest {
                 prefix: prefix.clone().into_bytes(),
-                at_revision: Some(at),
+                at_revision,
                 ..Default::default()
             })
             .await
@@ -664,7 +677,54 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: 
         _ => Duration::from_secs(1800 + (objects::random_bytes::<2>()[0] as u64 * 7) % 1800),
     };
     let initial_state = send_initial.unwrap_or(rv.is_empty() || rv == "0");
-    let (initial, receiver, start_revision) = if initial_state {
+    let keep = |key: &str, bytes: &[u8]| {
+        name.as_deref()
+            .is_none_or(|n| key.rsplit('/').next() == Some(n))
+            && filter.matches_bytes(bytes)
+    };
+    let too_old = |requested: i64, oldest: i64| -> ApiResult {
+        // kube-apiserver answers a too-old watch with 200 and one ERROR event.
+        let status = ApiError::gone(format!("too old resource version: {requested} ({oldest})"));
+        Ok(stream_response(
+            vec![watch_line("ERROR", &status.body())],
+            None,
+        ))
+    };
+    let (initial, feed, start_revision) = if !super::watchcache::is_cached(&prefix) {
+        // Not in the watch cache: list and follow the store, as kube-apiserver does
+        // for kinds whose cache is disabled.
+        let (lines, from) = if initial_state {
+            let page = state
+                .store
+                .range(RangeRequest {
+                    prefix: prefix.clone().into_bytes(),
+                    ..Default::default()
+                })
+                .await
+                .map_err(store_err(&info, ""))?;
+            let lines = page
+                .kvs
+                .iter()
+                .map(|kv| (String::from_utf8_lossy(&kv.key), stored_to_response(kv)))
+                .filter(|(key, bytes)| keep(key, bytes))
+                .map(|(_, bytes)| watch_object_line("ADDED", &bytes, metadata_only))
+                .collect();
+            (lines, page.revision)
+        } else {
+            let from: i64 = rv
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?;
+            (Vec::new(), from)
+        };
+        match state.store.watch(prefix.as_bytes(), from).await {
+            Ok(stream) => (lines, EventFeed::Store(stream), from),
+            Err(StoreError::Compacted {
+                requested,
+                compact_revision,
+            }) => return too_old(requested, compact_revision),
+            Err(e) => return Err(ApiError::from_store(e, &info.group, &info.plural, "")),
+        }
+    } else if initial_state {
         if rv.is_empty() {
             let current = state.store.current_revision();
             state.cache.wait_for(current, Duration::from_secs(3)).await;
@@ -672,14 +732,10 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: 
         let (objects, receiver, revision) = state.cache.snapshot_and_subscribe(&prefix);
         let lines: Vec<Bytes> = objects
             .into_iter()
-            .filter(|o| {
-                name.as_deref()
-                    .is_none_or(|n| o.key.rsplit('/').next() == Some(n))
-            })
-            .filter(|o| filter.matches_bytes(&o.bytes))
+            .filter(|o| keep(&o.key, &o.bytes))
             .map(|o| watch_object_line("ADDED", &o.bytes, metadata_only))
             .collect();
-        (lines, receiver, revision)
+        (lines, EventFeed::Cache(receiver), revision)
     } else {
         let from: i64 = rv
             .parse()
@@ -690,15 +746,9 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: 
                     .iter()
                     .filter_map(|e| translate(e, &prefix, name.as_deref(), &filter, metadata_only))
                     .collect();
-                (lines, receiver, revision)
+                (lines, EventFeed::Cache(receiver), revision)
             }
-            Err(SubscribeError::TooOld { requested, oldest }) => {
-                // kube-apiserver answers a too-old watch with 200 and one ERROR event.
-                let status =
-                    ApiError::gone(format!("too old resource version: {requested} ({oldest})"));
-                let line = watch_line("ERROR", &status.body());
-                return Ok(stream_response(vec![line], None));
-            }
+            Err(SubscribeError::TooOld { requested, oldest }) => return too_old(requested, oldest),
         }
     };
     let mut first = initial;
@@ -708,7 +758,7 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: 
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
     let prefix_for_task = prefix.clone();
     tokio::spawn(async move {
-        let mut receiver = receiver;
+        let mut feed = feed;
         let deadline = tokio::time::Instant::now() + timeout;
         let mut last_revision = start_revision;
         let mut ticker = tokio::time::interval(Duration::from_secs(60));
@@ -719,7 +769,7 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: 
                 _ = ticker.tick(), if bookmarks => {
                     if tx.send(bookmark(&info, last_revision, false)).await.is_err() { break; }
                 }
-                event = receiver.recv() => match event {
+                event = feed.recv() => match event {
                     Ok(event) => {
                         last_revision = event.revision;
                         if let Some(line) = translate(&event, &prefix_for_task, name.as_deref(), &filter, metadata_only)
@@ -728,12 +778,12 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: 
                             break;
                         }
                     }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    Err(FeedEnd::Lagged) => {
                         let status = ApiError::gone("watch fell behind; the client must re-list".to_string());
                         let _ = tx.send(watch_line("ERROR", &status.body())).await;
                         break;
                     }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                    Err(FeedEnd::Closed) => break,
                 },
                 _ = tx.closed() => break,
             }
@@ -1701,9 +1751,30 @@ pub async fn delete_collection(
     let info = &target.info;
     let filter = Filter::from_query(info, query)?;
     let prefix = info.namespace_prefix(target.namespace.as_deref());
-    let current = state.store.current_revision();
-    state.cache.wait_for(current, Duration::from_secs(3)).await;
-    let (objects, revision) = state.cache.list(&prefix, None);
+    let (objects, revision) = if super::watchcache::is_cached(&prefix) {
+        let current = state.store.current_revision();
+        state.cache.wait_for(current, Duration::from_secs(3)).await;
+        state.cache.list(&prefix, None)
+    } else {
+        let page = state
+            .store
+            .range(RangeRequest {
+                prefix: prefix.clone().into_bytes(),
+                ..Default::default()
+            })
+            .await
+            .map_err(store_err(info, ""))?;
+        let objects = page
+            .kvs
+            .iter()
+            .map(|kv| CachedObject {
+                key: String::from_utf8_lossy(&kv.key).into(),
+                bytes: stored_to_response(kv),
+                revision: kv.mod_revision,
+            })
+            .collect();
+        (objects, page.revision)
+    };
     let mut deleted = Vec::new();
     for object in objects {
         if !filter.matches_bytes(&object.bytes) {

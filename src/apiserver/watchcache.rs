@@ -4,6 +4,11 @@
 //!
 //! Objects are kept as their JSON bytes with `metadata.resourceVersion` filled in, so
 //! a GET or LIST copies bytes rather than re-encoding. May not write to the store.
+//!
+//! Events are not cached (kube-apiserver's default `--watch-cache-sizes` has `events#0`
+//! too): they are written by every component for every pod and read rarely, so holding
+//! them doubled what a pod cost in memory. Their reads and watches go to the store, and
+//! [`EventFeed`] gives the watch handler one stream type for both sources.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, RwLock};
@@ -27,6 +32,15 @@ const HISTORY_EVENTS: usize = 20_000;
 const HISTORY_BYTES: usize = 8 << 20;
 /// Events buffered per live watcher before it is closed (the client re-lists).
 const BROADCAST_CAPACITY: usize = 16_384;
+/// Key prefixes the cache does not hold; see the module comment.
+const UNCACHED_PREFIXES: [&str; 1] = ["/registry/events/"];
+
+/// Whether objects under `key_or_prefix` are served from the cache (otherwise: the store).
+pub fn is_cached(key_or_prefix: &str) -> bool {
+    !UNCACHED_PREFIXES
+        .iter()
+        .any(|uncached| key_or_prefix.starts_with(uncached))
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventType {
@@ -67,6 +81,77 @@ pub struct CacheEvent {
     /// watcher that sees it so; `bytes` is a slice of it.
     pub line: Bytes,
     pub revision: i64,
+}
+
+impl CacheEvent {
+    /// A store event as watchers receive it; `prev` is the previous version's bytes when
+    /// the caller already has them (the cache shares its copy).
+    fn from_store(event: &Event, key: Arc<str>, prev: Option<Bytes>) -> CacheEvent {
+        let (kind, bytes, line) = frame(event);
+        CacheEvent {
+            kind,
+            key,
+            bytes,
+            prev: prev.or_else(|| previous_version(event)),
+            line,
+            revision: event.revision(),
+        }
+    }
+}
+
+/// A store event's type, its object with the resourceVersion set, and its watch line
+/// (the object is a slice of the line).
+fn frame(event: &Event) -> (EventType, Bytes, Bytes) {
+    let (kind, value) = match event {
+        Event::Put { kv, prev_kv: None } => (EventType::Added, &kv.value),
+        Event::Put { kv, .. } => (EventType::Modified, &kv.value),
+        Event::Delete { prev_kv, .. } => (EventType::Deleted, &prev_kv.value),
+    };
+    let (bytes, line) = watch_line_with_resource_version(kind.as_str(), value, event.revision());
+    (kind, bytes, line)
+}
+
+/// The version a store event replaced, rebuilt from its `prev_kv`.
+fn previous_version(event: &Event) -> Option<Bytes> {
+    let prev = match event {
+        Event::Put { prev_kv, .. } => prev_kv.as_ref()?,
+        Event::Delete { prev_kv, .. } => prev_kv,
+    };
+    Some(with_resource_version(&prev.value, prev.mod_revision))
+}
+
+/// Why an [`EventFeed`] ended.
+#[derive(Debug)]
+pub enum FeedEnd {
+    /// The watcher fell behind (or the store's history went away under it): re-list.
+    Lagged,
+    /// The source shut down.
+    Closed,
+}
+
+/// The live events of one watch: from the cache, or from the store for uncached kinds.
+pub enum EventFeed {
+    Cache(broadcast::Receiver<Arc<CacheEvent>>),
+    Store(crate::store::WatchStream),
+}
+
+impl EventFeed {
+    pub async fn recv(&mut self) -> Result<Arc<CacheEvent>, FeedEnd> {
+        match self {
+            EventFeed::Cache(receiver) => receiver.recv().await.map_err(|e| match e {
+                broadcast::error::RecvError::Lagged(_) => FeedEnd::Lagged,
+                broadcast::error::RecvError::Closed => FeedEnd::Closed,
+            }),
+            EventFeed::Store(stream) => match stream.next().await {
+                Some(Ok(event)) => {
+                    let key: Arc<str> = String::from_utf8_lossy(event.key()).into();
+                    Ok(Arc::new(CacheEvent::from_store(&event, key, None)))
+                }
+                Some(Err(_)) => Err(FeedEnd::Lagged),
+                None => Err(FeedEnd::Closed),
+            },
+        }
+    }
 }
 
 struct State {
@@ -376,6 +461,9 @@ impl WatchCache {
         let mut objects = BTreeMap::new();
         for kv in listed.kvs {
             let key: Arc<str> = String::from_utf8_lossy(&kv.key).into();
+            if !is_cached(&key) {
+                continue;
+            }
             let bytes = with_resource_version(&kv.value, kv.mod_revision);
             objects.insert(
                 key.clone(),
@@ -427,54 +515,36 @@ impl WatchCache {
     }
 
     fn apply(&self, event: &Event) {
-        // The previous state is usually the cached object itself: share its bytes
-        // (one copy of each version between the map and the history) rather than
-        // rebuilding them from the store's `prev_kv`.
-        let (kind, raw_key, bytes, line, prev_kv, revision) = match event {
-            Event::Put { kv, prev_kv } => {
-                let kind = if prev_kv.is_some() {
-                    EventType::Modified
-                } else {
-                    EventType::Added
-                };
-                let (bytes, line) =
-                    watch_line_with_resource_version(kind.as_str(), &kv.value, kv.mod_revision);
-                (
-                    kind,
-                    &kv.key,
-                    bytes,
-                    line,
-                    prev_kv.as_ref(),
-                    kv.mod_revision,
-                )
-            }
-            Event::Delete { prev_kv, revision } => {
-                let (bytes, line) = watch_line_with_resource_version(
-                    EventType::Deleted.as_str(),
-                    &prev_kv.value,
-                    *revision,
-                );
-                (
-                    EventType::Deleted,
-                    &prev_kv.key,
-                    bytes,
-                    line,
-                    Some(prev_kv),
-                    *revision,
-                )
-            }
+        let key_text = String::from_utf8_lossy(event.key());
+        let revision = event.revision();
+        if !is_cached(&key_text) {
+            // Not held, but the cache is still current up to here.
+            self.state
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .revision = revision;
+            self.revision_tx.send_replace(revision);
+            return;
+        }
+        let prev_revision = match event {
+            Event::Put { prev_kv, .. } => prev_kv.as_ref().map(|p| p.mod_revision),
+            Event::Delete { prev_kv, .. } => Some(prev_kv.mod_revision),
         };
-        let key_text = String::from_utf8_lossy(raw_key);
+        // Framed before taking the lock: readers wait on it.
+        let (kind, bytes, line) = frame(event);
         let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
         let cached = state.objects.get_key_value(key_text.as_ref());
         let key: Arc<str> = match cached {
             Some((key, _)) => key.clone(),
             None => key_text.as_ref().into(),
         };
-        let prev = prev_kv.map(|p| match cached {
-            Some((_, object)) if object.revision == p.mod_revision => object.bytes.clone(),
-            _ => with_resource_version(&p.value, p.mod_revision),
-        });
+        // The previous state is usually the cached object itself: share its bytes (one
+        // copy of each version between the map and the history) rather than rebuilding
+        // them from the store's `prev_kv`.
+        let prev = match (cached, prev_revision) {
+            (Some((_, object)), Some(p)) if object.revision == p => Some(object.bytes.clone()),
+            _ => previous_version(event),
+        };
         let event = Arc::new(CacheEvent {
             kind,
             key: key.clone(),
@@ -652,6 +722,39 @@ mod tests {
             mod_revision: revision,
             version: 1,
         }
+    }
+
+    #[test]
+    fn events_are_not_held_but_advance_the_revision() {
+        let cache = WatchCache::empty();
+        let (_, mut receiver, _) = cache.subscribe(0).expect("subscribe");
+        cache.apply(&Event::Put {
+            kv: kv(
+                "/registry/events/default/pod.1",
+                json!({"metadata": {"name": "pod.1"}, "reason": "Scheduled"}),
+                2,
+            ),
+            prev_kv: None,
+        });
+        cache.apply(&Event::Put {
+            kv: kv(
+                "/registry/configmaps/default/c",
+                json!({"metadata": {"name": "c"}}),
+                3,
+            ),
+            prev_kv: None,
+        });
+        assert!(cache.get("/registry/events/default/pod.1").is_none());
+        assert_eq!(cache.count("/registry/events/"), 0);
+        assert_eq!(cache.revision(), 3);
+        // Watchers of the cache only see the cached kind.
+        let first = receiver.try_recv().expect("the configmap's event");
+        assert_eq!(&*first.key, "/registry/configmaps/default/c");
+        assert!(receiver.try_recv().is_err());
+        let state = cache.state.read().expect("lock");
+        assert_eq!(state.history.len(), 1);
+        assert!(is_cached("/registry/pods/default/p"));
+        assert!(!is_cached("/registry/events/"));
     }
 
     #[test]
