@@ -9,7 +9,7 @@
 //! concerns. An API client only; it never touches the store.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures_util::{Stream, StreamExt};
 use k8s_openapi::NamespaceResourceScope;
@@ -19,7 +19,7 @@ use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 /// The shared pod cache and change stream.
 pub type PodInformer = crate::informer::Shared<CachedPod>;
@@ -42,7 +42,36 @@ pub struct CachedPod {
 #[serde(rename_all = "camelCase")]
 pub struct CachedPodSpec {
     pub node_name: Option<String>,
-    pub tolerations: Option<Vec<Toleration>>,
+    /// Shared between pods with the same list (see [`shared_tolerations`]).
+    #[serde(default, deserialize_with = "deserialize_tolerations")]
+    pub tolerations: Option<Arc<[Toleration]>>,
+}
+
+/// How many distinct toleration lists [`shared_tolerations`] keeps for sharing.
+const SHARED_TOLERATION_LISTS: usize = 32;
+
+/// `tolerations` as one shared copy per distinct list. Nearly every pod carries the same
+/// few lists (admission's `not-ready`/`unreachable` pair, a DaemonSet's set), and a
+/// private copy of that pair was about 400 bytes of every cached pod. The first
+/// [`SHARED_TOLERATION_LISTS`] distinct lists are kept for the life of the process;
+/// rarer ones get their own copy.
+pub fn shared_tolerations(tolerations: Vec<Toleration>) -> Arc<[Toleration]> {
+    static LISTS: Mutex<Vec<Arc<[Toleration]>>> = Mutex::new(Vec::new());
+    let mut lists = LISTS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(known) = lists.iter().find(|l| l[..] == tolerations[..]) {
+        return known.clone();
+    }
+    let list: Arc<[Toleration]> = tolerations.into();
+    if lists.len() < SHARED_TOLERATION_LISTS {
+        lists.push(list.clone());
+    }
+    list
+}
+
+fn deserialize_tolerations<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Arc<[Toleration]>>, D::Error> {
+    Ok(Option::<Vec<Toleration>>::deserialize(deserializer)?.map(shared_tolerations))
 }
 
 impl Resource for CachedPod {
@@ -79,7 +108,7 @@ impl From<Pod> for CachedPod {
             metadata: pod.metadata,
             spec: pod.spec.map(|spec| CachedPodSpec {
                 node_name: spec.node_name,
-                tolerations: spec.tolerations,
+                tolerations: spec.tolerations.map(shared_tolerations),
             }),
             status: pod.status,
         };
@@ -182,11 +211,22 @@ mod tests {
         assert_eq!(decoded.metadata.labels.as_ref().map(|l| l.len()), Some(1));
         let spec = decoded.spec.as_ref().expect("spec");
         assert_eq!(spec.node_name.as_deref(), Some("n1"));
-        assert_eq!(spec.tolerations.as_ref().map(Vec::len), Some(1));
+        assert_eq!(spec.tolerations.as_ref().map(|t| t.len()), Some(1));
         assert_eq!(
             decoded.status.as_ref().and_then(|s| s.pod_ip.as_deref()),
             Some("10.42.0.5")
         );
+        // Pods with the same tolerations share one copy.
+        let twin: CachedPod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "q", "namespace": "ns"},
+            "spec": {"tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute"}]}
+        }))
+        .expect("pod");
+        let (ours, theirs) = (
+            spec.tolerations.as_ref(),
+            twin.spec.as_ref().and_then(|s| s.tolerations.as_ref()),
+        );
+        assert!(ours.zip(theirs).is_some_and(|(a, b)| Arc::ptr_eq(a, b)));
         assert!(
             std::mem::size_of::<CachedPod>() * 2 < std::mem::size_of::<Pod>(),
             "a cached pod is {} bytes of struct, a Pod {}",

@@ -401,7 +401,8 @@ async fn follow_pods(pods: PodInformer, tx: mpsc::UnboundedSender<(Work, Option<
                     tolerations: pod
                         .spec
                         .as_ref()
-                        .and_then(|s| s.tolerations.clone())
+                        .and_then(|s| s.tolerations.as_deref())
+                        .map(<[Toleration]>::to_vec)
                         .unwrap_or_default(),
                 },
             )
