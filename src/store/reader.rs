@@ -100,8 +100,9 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
 
 pub(crate) fn get(conn: &Connection, key: &[u8]) -> Result<Option<KeyValue>> {
     conn.prepare_cached(
+        // CAST: see `db::latest_row`.
         "SELECT revision, create_revision, version, deleted, value FROM kv
-         WHERE key = ?1 ORDER BY revision DESC LIMIT 1",
+         WHERE key = CAST(?1 AS BLOB) ORDER BY revision DESC LIMIT 1",
     )
     .and_then(|mut s| {
         s.query_row([key], |r| {
