@@ -1,6 +1,7 @@
 //! The raft log as raft-rs sees it: an in-memory mirror of the durable raft state
 //! (hard state, conf state, the untruncated log tail) that the driver keeps in step
-//! with what it writes to SQLite in the same transaction. After any failed
+//! with what it writes to SQLite in the same transaction (a group of one keeps the
+//! entries it has already applied only here: see `node::Driver::process_ready`). After any failed
 //! transaction the driver rebuilds it from disk, so memory never runs ahead of disk.
 
 use std::cell::{Cell, RefCell};

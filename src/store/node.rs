@@ -3,7 +3,9 @@
 //! Each turn it takes every queued proposal (group commit), lets raft turn them into
 //! one `Ready`, and handles that Ready in ONE SQLite transaction: append the new log
 //! entries, record the hard state, apply every committed entry to the key-value
-//! tables, record the applied index — then a single commit (one fsync). Only after
+//! tables, record the applied index — then a single commit (one fsync). A group of
+//! one applies what it appends in that same transaction, so it writes no log rows at
+//! all (see `process_ready`). Only after
 //! the commit does it answer proposers and publish watch events, so nothing is
 //! acknowledged or observed before it is durable. If a transaction fails (a full
 //! disk, an I/O error), it is rolled back, every waiting proposer gets the error,
@@ -46,6 +48,10 @@ pub(crate) struct Driver {
     pending: HashMap<u64, Reply>,
     /// Distinguishes this process's proposals from entries proposed before a restart.
     epoch: u64,
+    /// Whether the raft_log table mirrors the in-memory log. A group of one leaves it
+    /// empty while every entry is applied in the transaction that appends it (see
+    /// `process_ready`); the persisted log then starts at the applied entry.
+    log_rows_on_disk: bool,
     next_seq: u64,
     logger: slog::Logger,
     revision_samples: VecDeque<(Instant, i64)>,
@@ -81,6 +87,7 @@ impl Driver {
             shared,
             pending: HashMap::new(),
             epoch,
+            log_rows_on_disk: true,
             next_seq: 1,
             logger: slog::Logger::root(TracingDrain, slog::o!()),
             revision_samples: VecDeque::new(),
@@ -174,6 +181,8 @@ impl Driver {
             .store(state.compact_revision, Ordering::SeqCst);
         self.state = state;
         self.raw = Some(raw);
+        // Freshly loaded, memory holds exactly the rows on disk.
+        self.log_rows_on_disk = true;
         Ok(())
     }
 
@@ -302,6 +311,7 @@ impl Driver {
             pending,
             epoch,
             config,
+            log_rows_on_disk,
             ..
         } = self;
         let Some(raw) = raw.as_mut() else {
@@ -340,10 +350,10 @@ impl Driver {
             &path,
             &mut results,
         )?;
-        if !ready.entries().is_empty() {
-            db::append_entries(&tx, ready.entries()).map_err(sql)?;
-            raw.mut_store().append(ready.entries());
-        }
+        // Written to the raft_log table after the applies below, once it is known whether
+        // anyone could ever read them from there.
+        let appended = ready.take_entries();
+        raw.mut_store().append(&appended);
         if let Some(hard_state) = ready.hs() {
             raw.mut_store().hard_state = hard_state.clone();
         }
@@ -362,19 +372,49 @@ impl Driver {
             &mut results,
         )?;
 
+        // A group of one commits what it appends in the same Ready, so the entries are
+        // applied in this very transaction: their log rows could only ever be deleted
+        // unread (no follower needs them, and a restart resumes from the applied state).
+        // Skipping them halves what a write puts in the WAL. The in-memory log keeps
+        // them regardless, for a member that joins later.
+        let alone = log_is_private(&raw.store().conf_state, state.node_id);
+        let skip_rows = alone
+            && appended
+                .last()
+                .is_some_and(|last| state.applied_index >= last.index);
+        if skip_rows {
+            if *log_rows_on_disk {
+                db::truncate_log(&tx, state.applied_index).map_err(sql)?;
+                *log_rows_on_disk = false;
+            }
+        } else if *log_rows_on_disk {
+            db::append_entries(&tx, &appended).map_err(sql)?;
+        } else if !appended.is_empty() || !alone {
+            // Rows are needed again (a member joined): the table mirrors the whole
+            // in-memory log from here on.
+            db::append_entries(&tx, &raw.store().entries).map_err(sql)?;
+            *log_rows_on_disk = true;
+        }
+
         // Keep the log short: entries well behind the applied index are only needed
         // by members that lag a lot, and those get a snapshot instead.
         let keep = config.raft_log_keep;
         let log = raw.mut_store();
         if state.applied_index > log.start_index + keep + keep / 4 + 1 {
             let upto = state.applied_index - keep;
-            db::truncate_log(&tx, upto).map_err(sql)?;
+            if *log_rows_on_disk {
+                db::truncate_log(&tx, upto).map_err(sql)?;
+            }
             log.truncate_to(upto);
         }
         state.hard_state = log.hard_state.clone();
         state.conf_state = log.conf_state.clone();
-        state.log_start_index = log.start_index;
-        state.log_start_term = log.start_term;
+        // Where the log on disk starts: after a restart raft resumes from there.
+        (state.log_start_index, state.log_start_term) = if *log_rows_on_disk {
+            (log.start_index, log.start_term)
+        } else {
+            (state.applied_index, state.applied_term)
+        };
         db::save_state(&tx, state).map_err(sql)?;
         tx.commit().map_err(sql)?;
         shared.commits.fetch_add(1, Ordering::Relaxed);
@@ -548,6 +588,14 @@ impl Driver {
         meta.set_conf_state(self.state.conf_state.clone());
         Ok(snapshot)
     }
+}
+
+/// Whether no other member (voter or learner) could ever ask this one for log entries.
+fn log_is_private(conf_state: &raft::eraftpb::ConfState, node_id: u64) -> bool {
+    conf_state.voters == [node_id]
+        && conf_state.learners.is_empty()
+        && conf_state.voters_outgoing.is_empty()
+        && conf_state.learners_next.is_empty()
 }
 
 /// Applies committed entries in order, skipping any already applied.

@@ -208,6 +208,50 @@ fn writes_survive_a_restart_and_revisions_continue() {
     });
 }
 
+/// A group of one applies each entry in the transaction that appends it, so it keeps no
+/// raft log rows; its persisted log starts at the applied entry and raft resumes from
+/// there after a restart (twice, to cover a restart of a restarted store).
+#[test]
+fn a_group_of_one_writes_no_log_rows_and_restarts_from_its_applied_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = rt();
+    let log_rows_and_start = |db: &Path| -> (i64, i64, i64) {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        let rows = conn
+            .query_row("SELECT count(*) FROM raft_log", [], |r| r.get(0))
+            .unwrap();
+        let (applied, start) = conn
+            .query_row(
+                "SELECT applied_index, log_start_index FROM state WHERE id = 0",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        (rows, applied, start)
+    };
+    for round in 0..3u8 {
+        let db = runtime.block_on(async {
+            let store = open(dir.path());
+            assert_eq!(store.current_revision(), i64::from(round) * 20);
+            if round > 0 {
+                let kv = store.get(b"/k19").await.unwrap().unwrap();
+                assert_eq!(kv.value, vec![19]);
+            }
+            for i in 0..20u8 {
+                let key = format!("/k{}", u32::from(round) * 100 + u32::from(i));
+                store.create(key.as_bytes(), vec![i]).await.unwrap();
+            }
+            store.db_path().to_path_buf()
+        });
+        let (rows, applied, start) = log_rows_and_start(&db);
+        assert_eq!(rows, 0, "round {round}: no raft_log rows");
+        assert_eq!(
+            start, applied,
+            "round {round}: the log starts at the applied entry"
+        );
+    }
+}
+
 #[test]
 fn a_second_process_cannot_open_the_same_directory() {
     let dir = tempfile::tempdir().unwrap();
