@@ -759,13 +759,17 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: 
     let prefix_for_task = prefix.clone();
     tokio::spawn(async move {
         let mut feed = feed;
-        let deadline = tokio::time::Instant::now() + timeout;
+        // One timer for the watch's life: a `sleep_until` built in the loop registered
+        // and dropped a timer for every event every watcher saw (7% of the server's CPU
+        // under a create load).
+        let expiry = tokio::time::sleep(timeout);
+        tokio::pin!(expiry);
         let mut last_revision = start_revision;
         let mut ticker = tokio::time::interval(Duration::from_secs(60));
         ticker.tick().await;
         loop {
             tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => break,
+                _ = &mut expiry => break,
                 _ = ticker.tick(), if bookmarks => {
                     if tx.send(bookmark(&info, last_revision, false)).await.is_err() { break; }
                 }

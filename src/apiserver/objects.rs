@@ -25,7 +25,11 @@ pub fn format_rfc3339(secs: i64) -> String {
 /// Random bytes from the kernel.
 pub fn random_bytes<const N: usize>() -> [u8; N] {
     let mut buf = [0u8; N];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+    // One getrandom(2) call; opening /dev/urandom for each uid was three syscalls per
+    // create. The file is the fallback where getrandom is unavailable.
+    if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut buf).is_err()
+        && let Ok(mut f) = std::fs::File::open("/dev/urandom")
+    {
         let _ = std::io::Read::read_exact(&mut f, &mut buf);
     }
     buf
