@@ -327,6 +327,15 @@ pub(crate) fn encode_pb(message: &impl protobuf::Message) -> Vec<u8> {
     message.write_to_bytes().unwrap_or_default()
 }
 
+/// Starts a write transaction holding the write lock from its first moment (`BEGIN
+/// IMMEDIATE`). A deferred one that reads first holds a read snapshot while it waits to
+/// upgrade, and a `wal_checkpoint(TRUNCATE)` that took the write lock meanwhile waits for
+/// that very snapshot to end: both sit out the busy timeout and the write fails with
+/// "database is locked".
+pub(crate) fn write_transaction(conn: &Connection) -> rusqlite::Result<Transaction<'_>> {
+    Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)
+}
+
 /// Writes the state row.
 pub(crate) fn save_state(tx: &Transaction<'_>, state: &PersistentState) -> rusqlite::Result<()> {
     tx.prepare_cached(

@@ -333,7 +333,7 @@ impl Driver {
 
         let path = db.path.clone();
         let sql = |e: rusqlite::Error| db::classify(&path, e, "writing to the store");
-        let tx = db.conn.unchecked_transaction().map_err(sql)?;
+        let tx = db::write_transaction(&db.conn).map_err(sql)?;
         let mut results: Vec<(Option<u64>, ApplyResult)> = Vec::new();
         if incoming.is_some() {
             db::install_incoming_snapshot(&tx, state).map_err(sql)?;
@@ -564,7 +564,7 @@ impl Driver {
         let started = Instant::now();
         let path = self.db.path.clone();
         let sql = |e: rusqlite::Error| db::classify(&path, e, "compacting the store");
-        let tx = self.db.conn.unchecked_transaction().map_err(sql)?;
+        let tx = db::write_transaction(&self.db.conn).map_err(sql)?;
         db::compact_batch(&tx, &mut self.state, self.config.compaction.batch_rows).map_err(sql)?;
         db::save_state(&tx, &self.state).map_err(sql)?;
         tx.commit().map_err(sql)?;

@@ -252,6 +252,59 @@ fn a_group_of_one_writes_no_log_rows_and_restarts_from_its_applied_state() {
     }
 }
 
+/// Writes keep working while another connection runs TRUNCATE checkpoints (as the
+/// background checkpointer does once writes pause): the writer must not hold a read
+/// snapshot while it waits for the write lock, or both wait out the busy timeout.
+#[test]
+fn writes_succeed_while_truncate_checkpoints_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = rt();
+    let store = runtime.block_on(async { open(dir.path()) });
+    let db = store.db_path().to_path_buf();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checkpointer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let conn = rusqlite::Connection::open(&db).unwrap();
+            conn.busy_timeout(Duration::from_secs(5)).unwrap();
+            let mut runs = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+                runs += 1;
+            }
+            runs
+        })
+    };
+    runtime.block_on(async {
+        let started = std::time::Instant::now();
+        let mut tasks = Vec::new();
+        for worker in 0..8 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..40 {
+                    let key = format!("/w{worker}/k{i}");
+                    let created = store.create(key.as_bytes(), vec![1; 512]).await?;
+                    store
+                        .update(key.as_bytes(), vec![2; 512], created.mod_revision)
+                        .await?;
+                }
+                Ok::<(), StoreError>(())
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap().expect("every write succeeds");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "writes stalled behind the checkpoints: {:?}",
+            started.elapsed()
+        );
+    });
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(checkpointer.join().unwrap() > 0);
+    assert_eq!(store.current_revision(), 640);
+}
+
 #[test]
 fn a_second_process_cannot_open_the_same_directory() {
     let dir = tempfile::tempdir().unwrap();
