@@ -633,6 +633,23 @@ fn partial_metadata_bytes(object: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// Every current object under `prefix`, read from the store (for kinds the watch cache
+/// does not hold).
+async fn read_store(
+    state: &AppState,
+    info: &ResourceInfo,
+    prefix: &str,
+) -> Result<crate::store::RangeResult, ApiError> {
+    state
+        .store
+        .range(RangeRequest {
+            prefix: prefix.as_bytes().to_vec(),
+            ..Default::default()
+        })
+        .await
+        .map_err(store_err(info, ""))
+}
+
 pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: Want) -> ApiResult {
     let metadata_only = matches!(want, Want::PartialMetadata);
     let info = target.info.clone();
@@ -694,14 +711,7 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: 
         // Not in the watch cache: list and follow the store, as kube-apiserver does
         // for kinds whose cache is disabled.
         let (lines, from) = if initial_state {
-            let page = state
-                .store
-                .range(RangeRequest {
-                    prefix: prefix.clone().into_bytes(),
-                    ..Default::default()
-                })
-                .await
-                .map_err(store_err(&info, ""))?;
+            let page = read_store(state, &info, &prefix).await?;
             let lines = page
                 .kvs
                 .iter()
@@ -1760,14 +1770,7 @@ pub async fn delete_collection(
         state.cache.wait_for(current, Duration::from_secs(3)).await;
         state.cache.list(&prefix, None)
     } else {
-        let page = state
-            .store
-            .range(RangeRequest {
-                prefix: prefix.clone().into_bytes(),
-                ..Default::default()
-            })
-            .await
-            .map_err(store_err(info, ""))?;
+        let page = read_store(state, info, &prefix).await?;
         let objects = page
             .kvs
             .iter()
