@@ -435,15 +435,7 @@ pub async fn list(state: &AppState, target: &Target, query: &Query, want: Want) 
             } else {
                 None
             };
-        let page = state
-            .store
-            .range(RangeRequest {
-                prefix: prefix.clone().into_bytes(),
-                at_revision,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| ApiError::from_store(e, &info.group, &info.plural, ""))?;
+        let page = read_store(state, info, &prefix, at_revision).await?;
         revision = page.revision;
         for kv in page.kvs {
             let bytes = super::watchcache::with_resource_version(&kv.value, kv.mod_revision);
@@ -633,17 +625,19 @@ fn partial_metadata_bytes(object: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Every current object under `prefix`, read from the store (for kinds the watch cache
-/// does not hold).
+/// Every object under `prefix` as of `at_revision` (`None`: now), read from the store
+/// rather than the watch cache.
 async fn read_store(
     state: &AppState,
     info: &ResourceInfo,
     prefix: &str,
+    at_revision: Option<i64>,
 ) -> Result<crate::store::RangeResult, ApiError> {
     state
         .store
         .range(RangeRequest {
             prefix: prefix.as_bytes().to_vec(),
+            at_revision,
             ..Default::default()
         })
         .await
@@ -711,7 +705,7 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: 
         // Not in the watch cache: list and follow the store, as kube-apiserver does
         // for kinds whose cache is disabled.
         let (lines, from) = if initial_state {
-            let page = read_store(state, &info, &prefix).await?;
+            let page = read_store(state, &info, &prefix, None).await?;
             let lines = page
                 .kvs
                 .iter()
@@ -1770,7 +1764,7 @@ pub async fn delete_collection(
         state.cache.wait_for(current, Duration::from_secs(3)).await;
         state.cache.list(&prefix, None)
     } else {
-        let page = read_store(state, info, &prefix).await?;
+        let page = read_store(state, info, &prefix, None).await?;
         let objects = page
             .kvs
             .iter()

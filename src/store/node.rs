@@ -166,9 +166,7 @@ impl Driver {
         };
         let mut raw = RawNode::new(&config, log, &self.logger)
             .map_err(|e| StoreError::Unavailable(format!("starting raft: {e}")))?;
-        let single =
-            state.conf_state.voters == [state.node_id] && state.conf_state.learners.is_empty();
-        if single {
+        if log_is_private(&state.conf_state, state.node_id) {
             // Nobody else can win: skip the election timeout.
             raw.campaign()
                 .map_err(|e| StoreError::Unavailable(format!("starting raft election: {e}")))?;
