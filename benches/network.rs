@@ -17,11 +17,14 @@
 //!   query waits for its answer) is printed too: on a VM it is bounded by wake-ups, not by the
 //!   server.
 //!
+//! * **nft_load_ms**: the reference for `full_sync_ms`: the same script loaded by a bare
+//!   `nft -f <file>` in the same namespace, alternated with the full syncs; median of 3.
 //! * **reference**: the same two clients against a bare blocking UDP echo thread, so the DNS
 //!   figures can be read against what this machine's loopback allows at all.
 //!
 //! Last line: `RESULT net full_sync_ms=<n> one_change_ms=<n> dns_qps=<n> udp_echo_per_s=<n>
-//! dns_vs_echo=<r> dns_sequential_qps=<n> udp_echo_rtt_per_s=<n> render_ms=<n>`. Without
+//! dns_vs_echo=<r> dns_sequential_qps=<n> udp_echo_rtt_per_s=<n> render_ms=<n> nft_load_ms=<n>
+//! full_vs_nft=<r>`. Without
 //! `--bench` (`cargo test --benches`) the sizes are tiny (a smoke test).
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -90,7 +93,8 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-async fn rule_sync(services: usize, rounds: usize) -> (f64, f64) {
+/// Medians in milliseconds: full sync, one change, and the bare `nft -f` reference.
+async fn rule_sync(services: usize, rounds: usize) -> (f64, f64, f64) {
     let name = format!("k3rsbench{}", std::process::id());
     let status = Command::new("ip")
         .args(["netns", "add", &name])
@@ -102,15 +106,35 @@ async fn rule_sync(services: usize, rounds: usize) -> (f64, f64) {
     );
     let _guard = Netns(name.clone());
     let options = render_options();
-    let host = Host { netns: Some(name) };
+    let host = Host {
+        netns: Some(name.clone()),
+    };
     let mut ports = service_ports(services, 10);
     let mut full = Vec::new();
+    let mut nft_alone = Vec::new();
     let mut syncer = Syncer::new(host.clone(), options.clone(), vec![Family::V4]);
+    // The reference: the same script loaded by `nft -f <file>` with nothing of ours
+    // around it, alternated with the full syncs so both see the same machine.
+    let script_dir = tempfile::tempdir().expect("temp dir");
+    let script_path = script_dir.path().join("full.nft");
+    std::fs::write(
+        &script_path,
+        TableState::build(Family::V4, &options, &ports).full_text(),
+    )
+    .expect("write the script");
     for _ in 0..rounds.max(1) {
         let started = Instant::now();
         let kind = syncer.sync(&ports, true).await.expect("full sync");
         full.push(started.elapsed().as_secs_f64() * 1000.0);
         assert_eq!(kind, SyncKind::Full);
+        let started = Instant::now();
+        let status = Command::new("ip")
+            .args(["netns", "exec", &name, "nft", "-f"])
+            .arg(&script_path)
+            .status()
+            .expect("nft (install nftables)");
+        nft_alone.push(started.elapsed().as_secs_f64() * 1000.0);
+        assert!(status.success(), "nft -f of the rendered script failed");
     }
     let mut change = Vec::new();
     for round in 0..5 {
@@ -134,7 +158,7 @@ async fn rule_sync(services: usize, rounds: usize) -> (f64, f64) {
         }),
         "the last change is missing"
     );
-    (median(full), median(change))
+    (median(full), median(change), median(nft_alone))
 }
 
 /// The node and cluster the rule-sync figures render for.
@@ -346,9 +370,13 @@ async fn main() {
     println!(
         "network bench: {services} Services x 10 endpoints, {cpus} CPUs (shared machine: figures are noisy)"
     );
-    let (full, change) = rule_sync(services, rounds).await;
+    let (full, change, nft_load) = rule_sync(services, rounds).await;
     println!(
         "rule sync: full render+apply {full:.1} ms (median of {rounds}), one endpoint change {change:.1} ms (median of 5)"
+    );
+    println!(
+        "rule sync reference: the same script by `nft -f <file>` alone {nft_load:.1} ms (median of {rounds}; full sync / nft alone {:.2})",
+        full / nft_load
     );
     let render = render_time(services);
     println!(
@@ -387,7 +415,7 @@ async fn main() {
         sequential / echo_rtt
     );
     println!(
-        "RESULT net full_sync_ms={} one_change_ms={} dns_qps={} udp_echo_per_s={} dns_vs_echo={:.2} dns_sequential_qps={} udp_echo_rtt_per_s={} render_ms={}",
+        "RESULT net full_sync_ms={} one_change_ms={} dns_qps={} udp_echo_per_s={} dns_vs_echo={:.2} dns_sequential_qps={} udp_echo_rtt_per_s={} render_ms={} nft_load_ms={} full_vs_nft={:.2}",
         full.round(),
         change.round(),
         qps.round(),
@@ -396,5 +424,7 @@ async fn main() {
         sequential.round(),
         echo_rtt.round(),
         render.round(),
+        nft_load.round(),
+        full / nft_load,
     );
 }
