@@ -15,6 +15,7 @@
 
 mod codec;
 mod db;
+mod durability;
 mod error;
 mod log_store;
 mod node;
@@ -172,8 +173,14 @@ pub(crate) struct SharedState {
     pub compact_revision: AtomicI64,
     pub is_leader: AtomicBool,
     pub stopping: AtomicBool,
-    /// Write transactions committed (each is one fsync of the WAL).
+    /// Write transactions committed.
     pub commits: AtomicU64,
+    /// fdatasyncs of the WAL by the durability thread (each covers one or more
+    /// committed batches).
+    pub syncs: AtomicU64,
+    /// Tests set this to hold the durability thread before its next fsync.
+    #[cfg(test)]
+    pub hold_sync: AtomicBool,
     /// Commands applied (successful or refused).
     pub applied_commands: AtomicU64,
 }
@@ -181,8 +188,10 @@ pub(crate) struct SharedState {
 /// Counters that show what the store did (group commit, compaction).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreStats {
-    /// Write transactions committed; each costs one fsync.
+    /// Write transactions committed.
     pub commits: u64,
+    /// WAL fsyncs that made committed batches durable (at most one per commit).
+    pub syncs: u64,
     /// Commands applied through raft.
     pub applied_commands: u64,
     pub current_revision: i64,
@@ -330,6 +339,7 @@ impl Store {
         let shared = &self.inner.shared;
         StoreStats {
             commits: shared.commits.load(Ordering::Relaxed),
+            syncs: shared.syncs.load(Ordering::Relaxed),
             applied_commands: shared.applied_commands.load(Ordering::Relaxed),
             current_revision: shared.current_revision.load(Ordering::SeqCst),
             compact_revision: shared.compact_revision.load(Ordering::SeqCst),
@@ -362,7 +372,9 @@ impl Store {
     /// The current version of `key`, or `None`.
     pub async fn get(&self, key: &[u8]) -> Result<Option<KeyValue>> {
         let key = key.to_vec();
-        self.read(move |conn| reader::get(conn, &key)).await
+        let durable = self.current_revision();
+        self.read(move |conn| reader::get(conn, &key, durable))
+            .await
     }
 
     /// Items whose keys start with `request.prefix`, in key order.
@@ -376,13 +388,16 @@ impl Store {
                 current,
             });
         }
-        self.read(move |conn| reader::range(conn, &request)).await
+        self.read(move |conn| reader::range(conn, &request, current))
+            .await
     }
 
     /// Number of live keys starting with `prefix`.
     pub async fn count(&self, prefix: &[u8]) -> Result<u64> {
         let prefix = prefix.to_vec();
-        self.read(move |conn| reader::count(conn, &prefix)).await
+        let durable = self.current_revision();
+        self.read(move |conn| reader::count(conn, &prefix, durable))
+            .await
     }
 
     /// Creates `key`; fails with `AlreadyExists` if it is live.

@@ -3,13 +3,16 @@
 //! Each turn it takes every queued proposal (group commit), lets raft turn them into
 //! one `Ready`, and handles that Ready in ONE SQLite transaction: append the new log
 //! entries, record the hard state, apply every committed entry to the key-value
-//! tables, record the applied index — then a single commit (one fsync). A group of
-//! one applies what it appends in that same transaction, so it writes no log rows at
-//! all (see `process_ready`). Only after
-//! the commit does it answer proposers and publish watch events, so nothing is
-//! acknowledged or observed before it is durable. If a transaction fails (a full
-//! disk, an I/O error), it is rolled back, every waiting proposer gets the error,
-//! and raft is rebuilt from what is on disk, so memory never runs ahead of disk.
+//! tables, record the applied index — then a single commit. A group of one applies
+//! what it appends in that same transaction, so it writes no log rows at all (see
+//! `process_ready`). The commit does not wait for the disk: the batch goes to the
+//! durability thread ([`super::durability`]), which fsyncs the WAL and only then
+//! answers proposers and publishes watch events, so nothing is acknowledged or
+//! observed before it is durable, while this thread already builds the next batch.
+//! A member of a bigger group waits for that before it sends its acknowledgements
+//! (raft needs its log durable first). If a transaction fails (a full disk, an I/O
+//! error), it is rolled back, every waiting proposer gets the error, and raft is
+//! rebuilt from what is on disk, so memory never runs ahead of disk.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -23,6 +26,7 @@ use tokio::sync::oneshot;
 
 use super::codec::{Applied, Command};
 use super::db::{self, ApplyResult, Database, PersistentState};
+use super::durability::{self, CommittedBatch, Job};
 use super::error::{Result, StoreError};
 use super::log_store::LogStore;
 use super::transport::Transport;
@@ -59,6 +63,9 @@ pub(crate) struct Driver {
     last_sample: Instant,
     last_compaction_check: Instant,
     last_compaction_batch: Instant,
+    /// Committed batches on their way to the durability thread (None before `run`
+    /// starts it and after it is stopped).
+    durable: Option<mpsc::Sender<Job>>,
 }
 
 impl Driver {
@@ -95,23 +102,45 @@ impl Driver {
             last_sample: now,
             last_compaction_check: now,
             last_compaction_batch: now,
+            durable: None,
         }
     }
 
     /// Runs until shutdown. Reports on `started` once raft is loaded and, for a
     /// one-member group, leading.
     pub fn run(mut self, started: mpsc::Sender<Result<()>>) {
-        match self.boot() {
-            Ok(()) => {
-                let _ = started.send(Ok(()));
-            }
+        let (durable, batches) = mpsc::channel();
+        let durability_thread = {
+            let (wal, hub, shared) = (
+                durability::wal_path(&self.db.path),
+                self.hub.clone(),
+                self.shared.clone(),
+            );
+            std::thread::Builder::new()
+                .name("store-sync".into())
+                .spawn(move || durability::run(batches, wal, hub, shared))
+        };
+        let durability_thread = match durability_thread {
+            Ok(thread) => thread,
             Err(e) => {
-                let _ = started.send(Err(e));
+                let _ = started.send(Err(StoreError::io("starting the store sync thread", e)));
                 self.shared.stopping.store(true, Ordering::SeqCst);
                 return;
             }
+        };
+        self.durable = Some(durable);
+        match self.boot() {
+            Ok(()) => {
+                let _ = started.send(Ok(()));
+                self.main_loop();
+            }
+            Err(e) => {
+                let _ = started.send(Err(e));
+            }
         }
-        self.main_loop();
+        // Closing the channel lets the thread finish (sync and answer) what is queued.
+        self.durable = None;
+        let _ = durability_thread.join();
         for (_, reply) in self.pending.drain() {
             let _ = reply.send(Err(StoreError::Unavailable(
                 "the store is shutting down".into(),
@@ -310,6 +339,7 @@ impl Driver {
             epoch,
             config,
             log_rows_on_disk,
+            durable,
             ..
         } = self;
         let Some(raw) = raw.as_mut() else {
@@ -419,22 +449,15 @@ impl Driver {
         shared
             .applied_commands
             .fetch_add(results.len() as u64, Ordering::Relaxed);
-        if incoming.is_some() {
+        let replaced = incoming.is_some();
+        if replaced {
             db.detach_incoming_snapshot();
-            // Watchers cannot follow a jump to another member's state: make them resync.
-            hub.close_all();
         }
-
-        // Durable from here on: tell the world.
         raw.advance_apply();
-        transport.send(persisted_messages);
-        transport.send(light.take_messages());
-        shared
-            .current_revision
-            .store(state.current_revision, Ordering::SeqCst);
-        shared
-            .compact_revision
-            .store(state.compact_revision, Ordering::SeqCst);
+
+        // Committed, not yet durable: the durability thread syncs, then publishes and
+        // answers. A member of a bigger group (or one that just took a snapshot) waits
+        // for that: its acknowledgements promise a durable log.
         let mut events = Vec::new();
         let mut replies = Vec::with_capacity(results.len());
         for (seq, result) in results {
@@ -445,10 +468,19 @@ impl Driver {
                 replies.push((reply, result.outcome));
             }
         }
-        hub.publish(state.current_revision, &events);
-        for (reply, outcome) in replies {
-            let _ = reply.send(outcome);
+        let batch = CommittedBatch {
+            current_revision: state.current_revision,
+            compact_revision: state.compact_revision,
+            events,
+            replies,
+            close_watchers: replaced,
+        };
+        hand_over(durable, &db.path, hub, shared, Job::Publish(batch));
+        if replaced || !log_is_private(&raw.store().conf_state, state.node_id) {
+            wait_until_durable(durable, &db.path, hub, shared);
         }
+        transport.send(persisted_messages);
+        transport.send(light.take_messages());
         Ok(())
     }
 
@@ -459,6 +491,9 @@ impl Driver {
         if !self.db.conn.is_autocommit() {
             let _ = self.db.conn.execute_batch("ROLLBACK");
         }
+        // Earlier batches are committed: let them be published before the reload
+        // resets the published revisions to what is on disk.
+        wait_until_durable(&self.durable, &self.db.path, &self.hub, &self.shared);
         self.db.detach_incoming_snapshot();
         let disk_full = error.is_disk_full();
         let message = error.to_string();
@@ -586,6 +621,37 @@ impl Driver {
         meta.set_conf_state(self.state.conf_state.clone());
         Ok(snapshot)
     }
+}
+
+/// Sends `job` to the durability thread, or does its work here if that thread is gone.
+fn hand_over(
+    durable: &Option<mpsc::Sender<Job>>,
+    db_path: &std::path::Path,
+    hub: &WatchHub,
+    shared: &SharedState,
+    job: Job,
+) {
+    let unsent = match durable {
+        Some(durable) => durable.send(job).err().map(|e| e.0),
+        None => Some(job),
+    };
+    if let Some(job) = unsent {
+        let wal = durability::wal_path(db_path);
+        durability::sync_and_publish(vec![job], &mut None, &wal, hub, shared);
+    }
+}
+
+/// Returns once every batch handed over so far is durable and published.
+fn wait_until_durable(
+    durable: &Option<mpsc::Sender<Job>>,
+    db_path: &std::path::Path,
+    hub: &WatchHub,
+    shared: &SharedState,
+) {
+    let (done, durable_now) = mpsc::channel();
+    hand_over(durable, db_path, hub, shared, Job::Barrier(done));
+    // An error means the thread is gone, and with it everything it had queued.
+    let _ = durable_now.recv();
 }
 
 /// Whether no other member (voter or learner) could ever ask this one for log entries.

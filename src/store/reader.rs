@@ -1,6 +1,9 @@
 //! Read paths: a small pool of reader connections and the queries for get, range,
 //! count and watch history. Each read runs in one SQLite read transaction, so the
-//! revision it reports and the rows it returns belong to the same instant.
+//! revision it reports and the rows it returns belong to the same instant. Reads stop
+//! at the durable revision the caller passes (the published one): the writer commits
+//! a batch before its fsync completes (see `durability`), and a read must not show
+//! what a power loss could still take back.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -79,10 +82,11 @@ fn sql(e: rusqlite::Error) -> StoreError {
     classify(&PathBuf::new(), e, "reading the store")
 }
 
-/// Current and compact revisions as of this read transaction.
-fn revisions(conn: &Connection) -> Result<(i64, i64)> {
+/// Current (at most `durable`) and compact revisions as of this read transaction.
+fn revisions(conn: &Connection, durable: i64) -> Result<(i64, i64)> {
     conn.prepare_cached("SELECT current_revision, compact_revision FROM state WHERE id = 0")
-        .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?))))
+        .and_then(|mut s| s.query_row([], |r| Ok((r.get::<_, i64>(0)?, r.get(1)?))))
+        .map(|(current, compact)| (current.min(durable), compact))
         .map_err(sql)
 }
 
@@ -98,14 +102,15 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-pub(crate) fn get(conn: &Connection, key: &[u8]) -> Result<Option<KeyValue>> {
+/// The newest version of `key` at or below `durable`.
+pub(crate) fn get(conn: &Connection, key: &[u8], durable: i64) -> Result<Option<KeyValue>> {
     conn.prepare_cached(
         // CAST: see `db::latest_row`.
         "SELECT revision, create_revision, version, deleted, value FROM kv
-         WHERE key = CAST(?1 AS BLOB) ORDER BY revision DESC LIMIT 1",
+         WHERE key = CAST(?1 AS BLOB) AND revision <= ?2 ORDER BY revision DESC LIMIT 1",
     )
     .and_then(|mut s| {
-        s.query_row([key], |r| {
+        s.query_row(params![key, durable], |r| {
             let deleted: i64 = r.get(3)?;
             Ok((deleted == 0).then(|| -> rusqlite::Result<KeyValue> {
                 Ok(KeyValue {
@@ -125,8 +130,12 @@ pub(crate) fn get(conn: &Connection, key: &[u8]) -> Result<Option<KeyValue>> {
     .map_err(sql)
 }
 
-pub(crate) fn range(conn: &Connection, request: &RangeRequest) -> Result<RangeResult> {
-    let (current, compact) = revisions(conn)?;
+pub(crate) fn range(
+    conn: &Connection,
+    request: &RangeRequest,
+    durable: i64,
+) -> Result<RangeResult> {
+    let (current, compact) = revisions(conn, durable)?;
     let revision = request.at_revision.unwrap_or(current);
     if revision > current {
         return Err(StoreError::FutureRevision {
@@ -194,8 +203,8 @@ pub(crate) fn range(conn: &Connection, request: &RangeRequest) -> Result<RangeRe
     })
 }
 
-pub(crate) fn count(conn: &Connection, prefix: &[u8]) -> Result<u64> {
-    let (current, _) = revisions(conn)?;
+pub(crate) fn count(conn: &Connection, prefix: &[u8], durable: i64) -> Result<u64> {
+    let (current, _) = revisions(conn, durable)?;
     conn.prepare_cached(
         "SELECT count(*) FROM kv AS k
          WHERE k.key >= ?1 AND (?2 IS NULL OR k.key < ?2) AND k.revision <= ?3 AND k.deleted = 0
@@ -220,7 +229,7 @@ pub(crate) fn history(
     until: i64,
     limit: usize,
 ) -> Result<Vec<Event>> {
-    let (_, compact) = revisions(conn)?;
+    let (_, compact) = revisions(conn, until)?;
     if after < compact {
         return Err(StoreError::Compacted {
             requested: after,

@@ -346,6 +346,65 @@ fn concurrent_writes_share_commits() {
             commits < 200,
             "400 concurrent writes took {commits} commits: no group commit"
         );
+        let syncs = stats.syncs - before.syncs;
+        assert!(
+            syncs <= commits,
+            "{syncs} fsyncs for {commits} commits: one fsync covers every batch queued"
+        );
+    });
+}
+
+#[test]
+fn a_committed_write_is_neither_acknowledged_nor_visible_before_its_fsync() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let store = open(dir.path());
+        store.create(b"/h/a", b"1".to_vec()).await.unwrap();
+        let (before, revision) = (store.stats(), store.current_revision());
+        let mut watch = store.watch(b"/h/", revision).await.unwrap();
+        let watcher = tokio::spawn(async move { next_event(&mut watch).await });
+
+        // Released on drop too: a failed assertion must not leave the store's
+        // shutdown waiting for a held thread.
+        struct Hold(Arc<SharedState>);
+        impl Drop for Hold {
+            fn drop(&mut self) {
+                self.0.hold_sync.store(false, Ordering::SeqCst);
+            }
+        }
+        store.inner.shared.hold_sync.store(true, Ordering::SeqCst);
+        let hold = Hold(store.inner.shared.clone());
+        let pending = tokio::spawn({
+            let store = store.clone();
+            async move { store.create(b"/h/b", b"2".to_vec()).await }
+        });
+        // The raft thread commits the batch; the durability thread holds it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while store.stats().commits == before.commits {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the write was never committed"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!pending.is_finished(), "acknowledged before its fsync");
+        assert_eq!(store.current_revision(), revision);
+        assert_eq!(store.get(b"/h/b").await.unwrap(), None);
+        let listed = store.range(all("/h/")).await.unwrap();
+        assert_eq!((listed.kvs.len(), listed.revision), (1, revision));
+        assert_eq!(store.count(b"/h/").await.unwrap(), 1);
+        assert!(
+            !watcher.is_finished(),
+            "a watcher saw the write before its fsync"
+        );
+
+        drop(hold);
+        let b = pending.await.unwrap().unwrap();
+        assert_eq!(b.mod_revision, revision + 1);
+        assert_eq!(store.get(b"/h/b").await.unwrap(), Some(b));
+        assert_eq!(watcher.await.unwrap().revision(), revision + 1);
+        assert!(store.stats().syncs > before.syncs);
     });
 }
 
