@@ -181,6 +181,9 @@ pub(crate) struct SharedState {
     /// Tests set this to hold the durability thread before its next fsync.
     #[cfg(test)]
     pub hold_sync: AtomicBool,
+    /// Tests set this to make the next fsync take 200 ms longer.
+    #[cfg(test)]
+    pub slow_next_sync: AtomicBool,
     /// Commands applied (successful or refused).
     pub applied_commands: AtomicU64,
 }

@@ -110,24 +110,27 @@ impl Driver {
     /// one-member group, leading.
     pub fn run(mut self, started: mpsc::Sender<Result<()>>) {
         let (durable, batches) = mpsc::channel();
-        let durability_thread = {
-            let (wal, hub, shared) = (
+        let lanes = Arc::new(durability::Lanes::new(batches));
+        let mut sync_threads = Vec::new();
+        for n in 0..durability::WORKERS {
+            let (lanes, wal, hub, shared) = (
+                lanes.clone(),
                 durability::wal_path(&self.db.path),
                 self.hub.clone(),
                 self.shared.clone(),
             );
-            std::thread::Builder::new()
-                .name("store-sync".into())
-                .spawn(move || durability::run(batches, wal, hub, shared))
-        };
-        let durability_thread = match durability_thread {
-            Ok(thread) => thread,
-            Err(e) => {
-                let _ = started.send(Err(StoreError::io("starting the store sync thread", e)));
-                self.shared.stopping.store(true, Ordering::SeqCst);
-                return;
+            let spawned = std::thread::Builder::new()
+                .name(format!("store-sync-{n}"))
+                .spawn(move || durability::run(lanes, wal, hub, shared));
+            match spawned {
+                Ok(thread) => sync_threads.push(thread),
+                Err(e) => {
+                    let _ = started.send(Err(StoreError::io("starting the store sync threads", e)));
+                    self.shared.stopping.store(true, Ordering::SeqCst);
+                    return;
+                }
             }
-        };
+        }
         self.durable = Some(durable);
         match self.boot() {
             Ok(()) => {
@@ -138,9 +141,11 @@ impl Driver {
                 let _ = started.send(Err(e));
             }
         }
-        // Closing the channel lets the thread finish (sync and answer) what is queued.
+        // Closing the channel lets the threads finish (sync and answer) what is queued.
         self.durable = None;
-        let _ = durability_thread.join();
+        for thread in sync_threads {
+            let _ = thread.join();
+        }
         for (_, reply) in self.pending.drain() {
             let _ = reply.send(Err(StoreError::Unavailable(
                 "the store is shutting down".into(),
@@ -637,7 +642,7 @@ fn hand_over(
     };
     if let Some(job) = unsent {
         let wal = durability::wal_path(db_path);
-        durability::sync_and_publish(vec![job], &mut None, &wal, hub, shared);
+        durability::sync_and_publish(vec![job], &wal, hub, shared);
     }
 }
 

@@ -355,6 +355,52 @@ fn concurrent_writes_share_commits() {
 }
 
 #[test]
+fn overlapping_syncs_publish_in_commit_order() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let store = open(dir.path());
+        let mut watch = store.watch(b"/o/", 0).await.unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..400 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let kv = store
+                    .create(format!("/o/{i}").as_bytes(), vec![1; 64])
+                    .await
+                    .unwrap();
+                // Published before answered: the revision is visible to everyone.
+                assert!(kv.mod_revision <= store.current_revision());
+                kv.mod_revision
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        for expected in 1..=400 {
+            assert_eq!(next_event(&mut watch).await.revision(), expected);
+        }
+
+        // A slow fsync of one batch and a quick one of the next: the later batch is
+        // durable first but still waits for the earlier one to be published.
+        store
+            .inner
+            .shared
+            .slow_next_sync
+            .store(true, Ordering::SeqCst);
+        let slow = tokio::spawn({
+            let store = store.clone();
+            async move { store.create(b"/o/slow", vec![2; 64]).await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let quick = store.create(b"/o/quick", vec![3; 64]).await.unwrap();
+        let slow = slow.await.unwrap();
+        assert_eq!((slow.mod_revision, quick.mod_revision), (401, 402));
+        assert_eq!(next_event(&mut watch).await.revision(), 401);
+        assert_eq!(next_event(&mut watch).await.revision(), 402);
+    });
+}
+
+#[test]
 fn a_committed_write_is_neither_acknowledged_nor_visible_before_its_fsync() {
     let dir = tempfile::tempdir().unwrap();
     rt().block_on(async {
