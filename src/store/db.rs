@@ -193,14 +193,14 @@ impl Database {
         // cache, so a bigger cache mostly duplicated that in memory (16 MiB: up to 1.6 KiB
         // per object at 10,000 objects); misses are served by the OS page cache.
         self.conn
-            .execute_batch(
+            .execute_batch(&format!(
                 "PRAGMA journal_mode = WAL;
                  PRAGMA synchronous = NORMAL;
                  PRAGMA wal_autocheckpoint = 16384;
-                 PRAGMA journal_size_limit = 83886080;
+                 PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};
                  PRAGMA cache_size = -4096;
-                 PRAGMA temp_store = MEMORY;",
-            )
+                 PRAGMA temp_store = MEMORY;"
+            ))
             .map_err(|e| self.classify(e, "configuring the database"))
     }
 
@@ -616,6 +616,16 @@ pub(crate) fn compact_batch(
     Ok(rows.len().max(1))
 }
 
+/// Bytes the WAL file keeps after a reset (see `Database::configure_writer`).
+const WAL_SIZE_LIMIT: u64 = 80 << 20;
+
+/// The WAL file of the database at `db_path`.
+pub(crate) fn wal_path(db_path: &Path) -> PathBuf {
+    let mut name = db_path.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
+}
+
 /// Background WAL checkpoints on a connection of their own, so the writer never
 /// waits for them. PASSIVE never blocks writers or readers.
 pub(crate) fn checkpoint_loop(path: &Path, interval: Duration, shared: &SharedState) {
@@ -626,16 +636,13 @@ pub(crate) fn checkpoint_loop(path: &Path, interval: Duration, shared: &SharedSt
             return;
         }
     };
-    // The same WAL size limit as the writer (see `configure_writer`).
-    let _ = conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA journal_size_limit = 83886080;");
+    let _ = conn.execute_batch(&format!(
+        "PRAGMA synchronous = FULL; PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};"
+    ));
     let mut last = Instant::now();
     let mut last_vacuum = Instant::now();
     let mut last_commits = shared.commits.load(Ordering::SeqCst);
-    let wal_path = {
-        let mut name = path.as_os_str().to_owned();
-        name.push("-wal");
-        PathBuf::from(name)
-    };
+    let wal_path = wal_path(path);
     while !shared.stopping.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50));
         if last.elapsed() < interval {

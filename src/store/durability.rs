@@ -190,10 +190,3 @@ fn sync_file(file: &mut Option<File>, path: &Path) -> std::io::Result<()> {
         None => Ok(()),
     }
 }
-
-/// The WAL file of the database at `db_path`.
-pub(crate) fn wal_path(db_path: &Path) -> PathBuf {
-    let mut name = db_path.as_os_str().to_owned();
-    name.push("-wal");
-    PathBuf::from(name)
-}

@@ -6,7 +6,7 @@
 //! tables, record the applied index — then a single commit. A group of one applies
 //! what it appends in that same transaction, so it writes no log rows at all (see
 //! `process_ready`). The commit does not wait for the disk: the batch goes to the
-//! durability thread ([`super::durability`]), which fsyncs the WAL and only then
+//! durability threads ([`super::durability`]), which fsync the WAL and only then
 //! answers proposers and publishes watch events, so nothing is acknowledged or
 //! observed before it is durable, while this thread already builds the next batch.
 //! A member of a bigger group waits for that before it sends its acknowledgements
@@ -115,7 +115,7 @@ impl Driver {
         for n in 0..durability::WORKERS {
             let (lanes, wal, hub, shared) = (
                 lanes.clone(),
-                durability::wal_path(&self.db.path),
+                db::wal_path(&self.db.path),
                 self.hub.clone(),
                 self.shared.clone(),
             );
@@ -641,7 +641,7 @@ fn hand_over(
         None => Some(job),
     };
     if let Some(job) = unsent {
-        let wal = durability::wal_path(db_path);
+        let wal = db::wal_path(db_path);
         durability::sync_and_publish(vec![job], &wal, hub, shared);
     }
 }
