@@ -94,7 +94,9 @@ impl Database {
     /// k3rs or are damaged.
     pub fn open(path: &Path, node_id: u64) -> Result<Database> {
         check_file_header(path)?;
-        let conn = open_connection(path, false)?;
+        let mut conn = open_connection(path, false)?;
+        conn.busy_handler(Some(writer_waits_for_lock))
+            .map_err(|e| classify(path, e, "configuring the database"))?;
         let db = Database {
             conn,
             path: path.to_path_buf(),
@@ -277,6 +279,34 @@ fn check_file_header(path: &Path) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// How long the writer waits for another connection's lock (a checkpoint or an
+/// incremental vacuum) before its transaction fails as busy.
+const WRITER_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// The writer's polling interval while it waits: the first polls come quickly, then
+/// at most every millisecond.
+const WRITER_FIRST_POLLS: i32 = 100;
+const WRITER_FIRST_POLL: Duration = Duration::from_micros(100);
+const WRITER_POLL: Duration = Duration::from_millis(1);
+
+/// Busy handler of the writer (the raft thread). SQLite's own busy timeout sleeps in
+/// growing steps of up to 100 ms, so a writer that meets a checkpoint sleeps long after
+/// the lock is free, and every proposal in the group waits with it; polling at most a
+/// millisecond apart keeps that wait near the lock holder's own time.
+fn writer_waits_for_lock(attempt: i32) -> bool {
+    let polled_fast = attempt.min(WRITER_FIRST_POLLS);
+    let waited = WRITER_FIRST_POLL * polled_fast as u32
+        + WRITER_POLL * (attempt - polled_fast).max(0) as u32;
+    if waited >= WRITER_BUSY_TIMEOUT {
+        return false;
+    }
+    std::thread::sleep(if attempt < WRITER_FIRST_POLLS {
+        WRITER_FIRST_POLL
+    } else {
+        WRITER_POLL
+    });
+    true
 }
 
 /// Opens a connection with the settings every store connection shares.
