@@ -45,8 +45,9 @@ use super::RETRY;
 use super::deployment::scaled_value;
 use super::events::{EventType, Recorder, reference};
 use super::workload::{
-    REVISION_HASH_LABEL, ReconcileError, availability, controller_of, controller_ref, is_ready,
-    phase, prune_revisions, revision_hash_of, selector_matches, sync_revisions, target_node,
+    Adopter, REVISION_HASH_LABEL, ReconcileError, availability, controller_of, controller_ref,
+    is_ready, phase, prune_revisions, revision_hash_of, selector_matches, sync_revisions,
+    target_node,
 };
 use crate::scheduler::framework::{matches_node_affinity, tolerates};
 
@@ -393,6 +394,7 @@ async fn sync(ds: &DaemonSet, ctx: &Context) -> anyhow::Result<Action> {
         .await
         .with_context(|| format!("listing pods in {namespace} for daemonset {name}"))?
         .items;
+    let adopter = Adopter::new(ctx.client.clone(), ds)?;
     let mut owned = Vec::new();
     for pod in listed {
         let matches = selector_matches(&spec.selector, pod.metadata.labels.as_ref());
@@ -400,7 +402,7 @@ async fn sync(ds: &DaemonSet, ctx: &Context) -> anyhow::Result<Action> {
             Some(owner) if owner.uid == uid => owned.push(pod),
             Some(_) => {}
             None if matches && pod.metadata.deletion_timestamp.is_none() => {
-                match adopt(&pods_api, &pod, ds).await {
+                match adopter.adopt(&pods_api, &pod.metadata).await {
                     Ok(adopted) => owned.push(adopted),
                     Err(e) => {
                         tracing::debug!(pod = %pod.name_any(), error = %e, "could not adopt pod")
@@ -679,22 +681,6 @@ async fn write_status(
             ds.name_any()
         ))),
     }
-}
-
-/// Makes `ds` the controller of an orphan pod that matches its selector.
-async fn adopt(pods_api: &Api<Pod>, pod: &Pod, ds: &DaemonSet) -> anyhow::Result<Pod> {
-    let owner = controller_ref(ds).context("daemonset without name or uid")?;
-    let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();
-    refs.push(owner);
-    let patch = json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid}});
-    pods_api
-        .patch(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .with_context(|| format!("adopting pod {}", pod.name_any()))
 }
 
 #[cfg(test)]

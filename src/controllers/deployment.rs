@@ -37,7 +37,7 @@ use sha2::{Digest, Sha256};
 use super::RETRY;
 use super::events::{EventType, Recorder, reference};
 use super::workload::{
-    ReconcileError, controller_of, controller_ref, now_secs, now_time, selector_matches,
+    Adopter, ReconcileError, controller_of, controller_ref, now_secs, now_time, selector_matches,
 };
 
 /// Annotation carrying the rollout revision on Deployments and ReplicaSets.
@@ -345,6 +345,7 @@ async fn sync(d: &Deployment, ctx: &Context) -> anyhow::Result<Action> {
         .list(&ListParams::default())
         .await
         .with_context(|| format!("listing replicasets in {namespace} for deployment {name}"))?;
+    let adopter = Adopter::new(ctx.client.clone(), d)?;
     let mut owned = Vec::new();
     for rs in listed.items {
         match controller_of(&rs.metadata) {
@@ -354,7 +355,7 @@ async fn sync(d: &Deployment, ctx: &Context) -> anyhow::Result<Action> {
                 if rs.metadata.deletion_timestamp.is_none()
                     && selector_matches(&spec.selector, rs.metadata.labels.as_ref())
                 {
-                    match adopt(&rs_api, &rs, d).await {
+                    match adopter.adopt(&rs_api, &rs.metadata).await {
                         Ok(adopted) => owned.push(adopted),
                         Err(e) => {
                             tracing::debug!(replicaset = %rs.name_any(), error = %e, "could not adopt replicaset")
@@ -922,26 +923,6 @@ async fn write_status(
         }
     }
     Ok((complete && !paused, recheck))
-}
-
-/// Makes the Deployment the controller of an orphan ReplicaSet.
-async fn adopt(
-    rs_api: &Api<ReplicaSet>,
-    rs: &ReplicaSet,
-    d: &Deployment,
-) -> anyhow::Result<ReplicaSet> {
-    let owner = controller_ref(d).context("deployment without name or uid")?;
-    let mut refs = rs.metadata.owner_references.clone().unwrap_or_default();
-    refs.push(owner);
-    let patch = json!({"metadata": {"ownerReferences": refs, "uid": rs.metadata.uid}});
-    rs_api
-        .patch(
-            &rs.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .with_context(|| format!("adopting replicaset {}", rs.name_any()))
 }
 
 #[cfg(test)]

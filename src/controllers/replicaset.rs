@@ -41,8 +41,8 @@ use super::RETRY;
 use super::events::{EventType, Recorder, reference};
 use super::pods::CachedPod;
 use super::workload::{
-    ReconcileError, ReplicaCounts, ReplicatedPods, availability, controller_of, controller_ref,
-    is_active, is_ready, ready_since, selector_matches,
+    Adopter, ReconcileError, ReplicaCounts, ReplicatedPods, availability, controller_of,
+    controller_ref, is_active, is_ready, ready_since, selector_matches,
 };
 
 impl ReplicatedPods for ReplicaSet {
@@ -254,6 +254,7 @@ async fn reconcile<K: ReplicatedPods>(
     let terminating = rs.meta().deletion_timestamp.is_some();
 
     // Claim: keep matching owned pods, release non-matching ones, adopt orphans.
+    let adopter = Adopter::new(ctx.client.clone(), rs.as_ref())?;
     let mut owned: Vec<Arc<CachedPod>> = Vec::new();
     for pod in listed {
         let matches = selector_matches(&selector, pod.metadata.labels.as_ref());
@@ -268,7 +269,7 @@ async fn reconcile<K: ReplicatedPods>(
             Some(_) => {}
             None => {
                 if matches && !terminating && pod.metadata.deletion_timestamp.is_none() {
-                    match adopt(&pods_api, &pod, rs.as_ref()).await {
+                    match adopter.adopt::<Pod>(&pods_api, &pod.metadata).await {
                         Ok(adopted) => owned.push(Arc::new(CachedPod::from(adopted))),
                         Err(e) => {
                             tracing::debug!(pod = %pod.name_any(), error = %e, "could not adopt pod")
@@ -531,28 +532,6 @@ async fn delete_pods<K: ReplicatedPods>(
         }
         None => Ok(()),
     }
-}
-
-/// Makes `rs` the controller of an orphan pod.
-async fn adopt<K: ReplicatedPods>(
-    pods_api: &Api<Pod>,
-    pod: &CachedPod,
-    rs: &K,
-) -> anyhow::Result<Pod> {
-    let owner = controller_ref(rs).context("owner without name or uid")?;
-    let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();
-    refs.push(owner);
-    let patch = json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid}});
-    let adopted = pods_api
-        .patch(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .with_context(|| format!("adopting pod {}", pod.name_any()))?;
-    tracing::info!(pod = %pod.name_any(), owner = %rs.name_any(), "adopted orphan pod");
-    Ok(adopted)
 }
 
 /// Drops the ownerReference of `uid` from a pod that no longer matches.

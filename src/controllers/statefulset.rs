@@ -39,8 +39,8 @@ use serde_json::json;
 use super::RETRY;
 use super::events::{EventType, Recorder, reference};
 use super::workload::{
-    REVISION_HASH_LABEL, ReconcileError, availability, controller_of, controller_ref, is_ready,
-    is_running_and_ready, phase, prune_revisions, revision_template, selector_matches,
+    Adopter, REVISION_HASH_LABEL, ReconcileError, availability, controller_of, controller_ref,
+    is_ready, is_running_and_ready, phase, prune_revisions, revision_template, selector_matches,
     sync_revisions,
 };
 
@@ -330,6 +330,7 @@ async fn sync(set: &StatefulSet, ctx: &Context) -> anyhow::Result<Action> {
         .await
         .with_context(|| format!("listing pods in {namespace} for statefulset {name}"))?
         .items;
+    let adopter = Adopter::new(ctx.client.clone(), set)?;
     let mut owned: Vec<Pod> = Vec::new();
     for pod in listed {
         let ours = ordinal_of(&name, &pod.name_any()).is_some();
@@ -340,7 +341,7 @@ async fn sync(set: &StatefulSet, ctx: &Context) -> anyhow::Result<Action> {
                 && !is_terminating(&pod)
                 && selector_matches(&spec.selector, pod.metadata.labels.as_ref()) =>
             {
-                match adopt(&pods_api, &pod, set).await {
+                match adopter.adopt(&pods_api, &pod.metadata).await {
                     Ok(adopted) => owned.push(adopted),
                     Err(e) => {
                         tracing::debug!(pod = %pod.name_any(), error = %e, "could not adopt pod")
@@ -595,22 +596,6 @@ async fn create_claims(
         }
     }
     Ok(())
-}
-
-/// Makes `set` the controller of an orphan pod with one of its names.
-async fn adopt(pods_api: &Api<Pod>, pod: &Pod, set: &StatefulSet) -> anyhow::Result<Pod> {
-    let owner = controller_ref(set).context("statefulset without name or uid")?;
-    let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();
-    refs.push(owner);
-    let patch = json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid}});
-    pods_api
-        .patch(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .with_context(|| format!("adopting pod {}", pod.name_any()))
 }
 
 #[cfg(test)]

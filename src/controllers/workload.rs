@@ -365,6 +365,100 @@ pub fn controller_of(
         .find(|r| r.controller == Some(true))
 }
 
+/// Adopts orphans for one owner during one reconcile, the way kube's
+/// `ControllerRefManager` does: before the first adoption it re-reads the owner from
+/// the API, and adopts nothing if the owner is gone, was replaced (another uid) or is
+/// being deleted. The controller's cached copy of its own object comes from a
+/// different watch than the dependents' and can lag behind them: an owner deleted
+/// with `propagationPolicy=Orphan` would otherwise take back the dependents the
+/// garbage collector had just released, and they would be collected with it.
+pub struct Adopter<K> {
+    owners: Api<K>,
+    namespace: String,
+    reference: OwnerReference,
+    /// The re-read's verdict, made once per reconcile (kube's `sync.Once`).
+    verdict: tokio::sync::OnceCell<Result<(), String>>,
+}
+
+impl<K> Adopter<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    /// An adopter for `owner`, which must have a namespace, a name and a uid.
+    pub fn new(client: kube::Client, owner: &K) -> anyhow::Result<Adopter<K>> {
+        let kind = K::kind(&());
+        let namespace = owner
+            .meta()
+            .namespace
+            .clone()
+            .with_context(|| format!("{kind} has no namespace"))?;
+        let reference =
+            controller_ref(owner).with_context(|| format!("{kind} without name or uid"))?;
+        Ok(Adopter {
+            owners: Api::namespaced(client, &namespace),
+            namespace,
+            reference,
+            verdict: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// Makes the owner the controller of the orphan `dependent` (a pod or a
+    /// ReplicaSet), unless the fresh read of the owner forbids it.
+    pub async fn adopt<D>(&self, dependents: &Api<D>, dependent: &ObjectMeta) -> anyhow::Result<D>
+    where
+        D: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+    {
+        let verdict = self.verdict.get_or_init(|| self.recheck()).await;
+        verdict.clone().map_err(anyhow::Error::msg)?;
+        let kind = D::kind(&()).to_lowercase();
+        let name = dependent.name.clone().unwrap_or_default();
+        let mut refs = dependent.owner_references.clone().unwrap_or_default();
+        refs.push(self.reference.clone());
+        let patch = json!({"metadata": {"ownerReferences": refs, "uid": dependent.uid}});
+        let adopted = dependents
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("adopting {kind} {name}"))?;
+        tracing::info!(%kind, %name, owner = %self.reference.name, "adopted orphan {kind}");
+        Ok(adopted)
+    }
+
+    /// Re-reads the owner: adoption may go ahead only if it is still the same object
+    /// and not being deleted. The messages are kube's.
+    async fn recheck(&self) -> Result<(), String> {
+        let kind = &self.reference.kind;
+        let name = &self.reference.name;
+        let namespace = &self.namespace;
+        let fresh = match self.owners.get_opt(name).await {
+            Ok(Some(fresh)) => fresh,
+            Ok(None) => return Err(format!("original {kind} {namespace}/{name} is gone")),
+            Err(e) => {
+                return Err(format!(
+                    "can't recheck DeletionTimestamp of {kind} {namespace}/{name}: {e}"
+                ));
+            }
+        };
+        let meta = fresh.meta();
+        if meta.uid.as_deref() != Some(self.reference.uid.as_str()) {
+            return Err(format!(
+                "original {kind} {namespace}/{name} is gone: got uid {}, wanted {}",
+                meta.uid.as_deref().unwrap_or_default(),
+                self.reference.uid
+            ));
+        }
+        if let Some(deleted) = &meta.deletion_timestamp {
+            return Err(format!(
+                "{kind} {namespace}/{name} has just been deleted at {}",
+                deleted.0
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Seconds since the Unix epoch, now.
 pub fn now_secs() -> i64 {
     std::time::SystemTime::now()
@@ -468,5 +562,129 @@ mod tests {
             &LabelSelector::default(),
             Some(&labels(&[("a", "b")]))
         ));
+    }
+
+    /// A client whose API answers GET of the owner with `owner` (404 when `None`) and
+    /// echoes every PATCH body back as the patched pod; it records each request.
+    fn api_with_owner(
+        owner: Option<Value>,
+    ) -> (kube::Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let owner = owner.clone();
+            let log = log.clone();
+            async move {
+                let method = req.method().to_string();
+                let path = req.uri().path().to_string();
+                let body = req.into_body().collect_bytes().await.unwrap_or_default();
+                let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                log.lock().unwrap().push(format!("{method} {path}"));
+                let (status, answer) = match (method.as_str(), owner) {
+                    ("GET", Some(owner)) => (200, owner),
+                    ("GET", None) => (
+                        404,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                               "reason": "NotFound", "code": 404, "message": "not found"}),
+                    ),
+                    _ => {
+                        let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+                                             "metadata": {"name": "orphan", "namespace": "ns"}});
+                        pod["metadata"]["ownerReferences"] =
+                            body["metadata"]["ownerReferences"].clone();
+                        (200, pod)
+                    }
+                };
+                http::Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(answer.to_string().into_bytes()))
+            }
+        });
+        (kube::Client::new(service, "ns"), seen)
+    }
+
+    fn replica_set(uid: &str, deleting: bool) -> Value {
+        let mut rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                            "metadata": {"name": "web", "namespace": "ns", "uid": uid}});
+        if deleting {
+            rs["metadata"]["deletionTimestamp"] = json!("2026-12-02T10:00:00Z");
+        }
+        rs
+    }
+
+    fn orphan(name: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            uid: Some(format!("pod-{name}")),
+            ..ObjectMeta::default()
+        }
+    }
+
+    async fn adopt_two(fresh_owner: Option<Value>) -> (Vec<anyhow::Result<Pod>>, Vec<String>) {
+        let (client, seen) = api_with_owner(fresh_owner);
+        // The cached copy the reconcile started from: alive, uid "rs-1".
+        let cached: k8s_openapi::api::apps::v1::ReplicaSet =
+            serde_json::from_value(replica_set("rs-1", false)).unwrap();
+        let adopter = Adopter::new(client.clone(), &cached).unwrap();
+        let pods: Api<Pod> = Api::namespaced(client, "ns");
+        let results = vec![
+            adopter.adopt(&pods, &orphan("a")).await,
+            adopter.adopt(&pods, &orphan("b")).await,
+        ];
+        let requests = seen.lock().unwrap().clone();
+        (results, requests)
+    }
+
+    #[tokio::test]
+    async fn adoption_rechecks_the_owner_once_and_then_patches() {
+        let (results, requests) = adopt_two(Some(replica_set("rs-1", false))).await;
+        assert_eq!(
+            requests,
+            [
+                "GET /apis/apps/v1/namespaces/ns/replicasets/web",
+                "PATCH /api/v1/namespaces/ns/pods/a",
+                "PATCH /api/v1/namespaces/ns/pods/b",
+            ]
+        );
+        for adopted in results {
+            let refs = adopted.unwrap().metadata.owner_references.unwrap();
+            assert_eq!(refs.len(), 1);
+            assert_eq!(refs[0].uid, "rs-1");
+            assert_eq!(refs[0].controller, Some(true));
+        }
+    }
+
+    #[tokio::test]
+    async fn an_owner_being_deleted_adopts_nothing_even_if_the_cache_says_otherwise() {
+        let (results, requests) = adopt_two(Some(replica_set("rs-1", true))).await;
+        assert_eq!(
+            requests,
+            ["GET /apis/apps/v1/namespaces/ns/replicasets/web"]
+        );
+        for result in results {
+            let error = result.unwrap_err().to_string();
+            assert!(
+                error.contains("ReplicaSet ns/web has just been deleted at 2026-12-02T10:00:00Z"),
+                "{error}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_replaced_or_missing_owner_adopts_nothing() {
+        let (results, requests) = adopt_two(Some(replica_set("rs-2", false))).await;
+        assert_eq!(requests.len(), 1, "{requests:?}");
+        let error = results[0].as_ref().unwrap_err().to_string();
+        assert!(error.contains("got uid rs-2, wanted rs-1"), "{error}");
+
+        let (results, requests) = adopt_two(None).await;
+        assert_eq!(requests.len(), 1, "{requests:?}");
+        let error = results[1].as_ref().unwrap_err().to_string();
+        assert!(
+            error.contains("original ReplicaSet ns/web is gone"),
+            "{error}"
+        );
     }
 }
