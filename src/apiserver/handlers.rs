@@ -744,14 +744,9 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: 
         let from: i64 = rv
             .parse()
             .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?;
-        match state.cache.subscribe(from) {
-            Ok((backlog, receiver, revision)) => {
-                let lines = backlog
-                    .iter()
-                    .filter_map(|e| translate(e, &prefix, name.as_deref(), &filter, metadata_only))
-                    .collect();
-                (lines, EventFeed::Cache(receiver), revision)
-            }
+        // The feed returns the retained events after `from` first.
+        match state.cache.subscribe(&prefix, from) {
+            Ok(feed) => (Vec::new(), EventFeed::Cache(feed), from),
             Err(SubscribeError::TooOld { requested, oldest }) => return too_old(requested, oldest),
         }
     };
@@ -775,6 +770,11 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: 
             tokio::select! {
                 _ = &mut expiry => break,
                 _ = ticker.tick(), if bookmarks => {
+                    // A cache feed is woken only by its own kind: the bookmark carries
+                    // how far it has read, so a quiet kind's watchers resume recent.
+                    if let Some(read) = feed.caught_up() {
+                        last_revision = last_revision.max(read);
+                    }
                     if tx.send(bookmark(&info, last_revision, false)).await.is_err() { break; }
                 }
                 event = feed.recv() => match event {

@@ -11,11 +11,11 @@
 //! [`EventFeed`] gives the watch handler one stream type for both sources.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 
 use crate::store::{Event, RangeRequest, Store, StoreError};
 
@@ -30,8 +30,6 @@ const HISTORY_EVENTS: usize = 20_000;
 /// watchers resume from their last bookmark within milliseconds) stay well inside it,
 /// while 16 MiB was 1.6 KB of the server's RSS per pod after 10,000 pods were created.
 const HISTORY_BYTES: usize = 8 << 20;
-/// Events buffered per live watcher before it is closed (the client re-lists).
-const BROADCAST_CAPACITY: usize = 16_384;
 /// Key prefixes the cache does not hold; see the module comment.
 const UNCACHED_PREFIXES: [&str; 1] = ["/registry/events/"];
 
@@ -131,17 +129,14 @@ pub enum FeedEnd {
 
 /// The live events of one watch: from the cache, or from the store for uncached kinds.
 pub enum EventFeed {
-    Cache(broadcast::Receiver<Arc<CacheEvent>>),
+    Cache(CacheFeed),
     Store(crate::store::WatchStream),
 }
 
 impl EventFeed {
     pub async fn recv(&mut self) -> Result<Arc<CacheEvent>, FeedEnd> {
         match self {
-            EventFeed::Cache(receiver) => receiver.recv().await.map_err(|e| match e {
-                broadcast::error::RecvError::Lagged(_) => FeedEnd::Lagged,
-                broadcast::error::RecvError::Closed => FeedEnd::Closed,
-            }),
+            EventFeed::Cache(feed) => feed.recv().await,
             EventFeed::Store(stream) => match stream.next().await {
                 Some(Ok(event)) => {
                     let key: Arc<str> = String::from_utf8_lossy(event.key()).into();
@@ -151,6 +146,99 @@ impl EventFeed {
                 None => Err(FeedEnd::Closed),
             },
         }
+    }
+
+    /// The revision up to which every event of this watch has been returned, if
+    /// known (a bookmark may carry it). Store feeds do not know it.
+    pub fn caught_up(&mut self) -> Option<i64> {
+        match self {
+            EventFeed::Cache(feed) => feed.caught_up(),
+            EventFeed::Store(_) => None,
+        }
+    }
+}
+
+/// What a route tells its watchers, under the cache's state lock.
+#[derive(Clone, Copy, Debug, Default)]
+struct RouteMarks {
+    /// The newest event under the route's prefix (changes wake the watchers).
+    latest: i64,
+    /// The newest event under the prefix that has left the history: a watcher that
+    /// has not read up to it has lost events.
+    dropped_upto: i64,
+}
+
+/// One watched key prefix and the watchers waiting on it.
+struct Route {
+    prefix: Arc<str>,
+    marks: watch::Sender<RouteMarks>,
+}
+
+/// One watch's view of the cache: a cursor into the history, woken only by events
+/// under its own prefix. (One broadcast to every watcher woke each of the ~70
+/// watches of the controllers, the scheduler and the garbage collector for every
+/// write, to throw all but a few away.)
+pub struct CacheFeed {
+    cache: Arc<WatchCache>,
+    prefix: Arc<str>,
+    /// The history has been read up to this revision.
+    cursor: i64,
+    /// Events read from the history but not yet returned.
+    pending: VecDeque<Arc<CacheEvent>>,
+    marks: watch::Receiver<RouteMarks>,
+}
+
+impl CacheFeed {
+    /// The next event under the prefix, waiting for one if need be.
+    pub async fn recv(&mut self) -> Result<Arc<CacheEvent>, FeedEnd> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Ok(event);
+            }
+            // Marked seen before reading, so an event applied after the read still
+            // wakes us.
+            self.marks.borrow_and_update();
+            self.read_history()?;
+            if self.pending.is_empty() {
+                self.marks.changed().await.map_err(|_| FeedEnd::Closed)?;
+            }
+        }
+    }
+
+    /// Reads what is already there without waiting; `Some(revision)` when nothing is
+    /// left to return up to that revision.
+    pub fn caught_up(&mut self) -> Option<i64> {
+        if self.pending.is_empty() && self.read_history().is_err() {
+            return None;
+        }
+        self.pending.is_empty().then_some(self.cursor)
+    }
+
+    /// Drops whatever is ready to be returned (a watcher that only wants to know
+    /// that something changed).
+    pub fn skip_ready(&mut self) {
+        self.pending.clear();
+        if self.read_history().is_ok() {
+            self.pending.clear();
+        }
+    }
+
+    /// Moves the events after the cursor under the prefix into `pending`.
+    fn read_history(&mut self) -> Result<(), FeedEnd> {
+        let state = self.cache.state.read().unwrap_or_else(|p| p.into_inner());
+        if self.cursor < state.history_start && self.marks.borrow().dropped_upto > self.cursor {
+            return Err(FeedEnd::Lagged);
+        }
+        let start = state.history.partition_point(|e| e.revision <= self.cursor);
+        self.pending.extend(
+            state
+                .history
+                .range(start..)
+                .filter(|e| e.key.starts_with(&*self.prefix))
+                .cloned(),
+        );
+        self.cursor = self.cursor.max(state.revision);
+        Ok(())
     }
 }
 
@@ -166,16 +254,10 @@ struct State {
 
 pub struct WatchCache {
     state: RwLock<State>,
-    events: broadcast::Sender<Arc<CacheEvent>>,
+    /// The prefixes being watched. Locked after `state`, never before.
+    routes: Mutex<Vec<Route>>,
     revision_tx: watch::Sender<i64>,
 }
-
-/// What `subscribe` returns: retained events, a live receiver, and the cache revision.
-pub type Subscription = (
-    Vec<Arc<CacheEvent>>,
-    broadcast::Receiver<Arc<CacheEvent>>,
-    i64,
-);
 
 /// Why a watch could not start.
 #[derive(Debug)]
@@ -436,7 +518,6 @@ impl WatchCache {
     }
 
     fn empty() -> WatchCache {
-        let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
         let (revision_tx, _) = watch::channel(0);
         WatchCache {
             state: RwLock::new(State {
@@ -446,7 +527,7 @@ impl WatchCache {
                 history_start: 0,
                 revision: 0,
             }),
-            events,
+            routes: Mutex::new(Vec::new()),
             revision_tx,
         }
     }
@@ -480,6 +561,14 @@ impl WatchCache {
         state.history_bytes = 0;
         state.history_start = listed.revision;
         state.revision = listed.revision;
+        // A refill after the store watch was lost leaves a gap: every watcher must
+        // re-list.
+        for route in self.routes.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            route.marks.send_modify(|marks| {
+                marks.latest = listed.revision;
+                marks.dropped_upto = listed.revision;
+            });
+        }
         drop(state);
         self.revision_tx.send_replace(listed.revision);
         Ok(listed.revision)
@@ -571,15 +660,33 @@ impl WatchCache {
         state.revision = revision;
         state.history_bytes += event.bytes.len();
         state.history.push_back(event.clone());
+        let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
         while state.history.len() > HISTORY_EVENTS || state.history_bytes > HISTORY_BYTES {
             let Some(dropped) = state.history.pop_front() else {
                 break;
             };
             state.history_bytes -= dropped.bytes.len();
             state.history_start = dropped.revision;
+            for route in routes.iter() {
+                if dropped.key.starts_with(&*route.prefix) {
+                    route
+                        .marks
+                        .send_modify(|m| m.dropped_upto = dropped.revision);
+                }
+            }
         }
-        // Sent under the lock so subscribers never see a gap or a repeat.
-        let _ = self.events.send(event);
+        // Woken under the lock so watchers never see a gap or a repeat; routes
+        // nobody watches any more go.
+        routes.retain(|route| {
+            if route.marks.receiver_count() == 0 {
+                return false;
+            }
+            if event.key.starts_with(&*route.prefix) {
+                route.marks.send_modify(|m| m.latest = revision);
+            }
+            true
+        });
+        drop(routes);
         drop(state);
         self.revision_tx.send_replace(revision);
     }
@@ -632,9 +739,13 @@ impl WatchCache {
             .count()
     }
 
-    /// Starts a watch after `from_revision`: the retained events since then (all
-    /// prefixes; the caller filters) and a receiver for everything later.
-    pub fn subscribe(&self, from_revision: i64) -> Result<Subscription, SubscribeError> {
+    /// Starts a watch of `prefix` after `from_revision`: the feed returns the
+    /// retained events since then, then everything later.
+    pub fn subscribe(
+        self: &Arc<Self>,
+        prefix: &str,
+        from_revision: i64,
+    ) -> Result<CacheFeed, SubscribeError> {
         let state = self.state.read().unwrap_or_else(|p| p.into_inner());
         if from_revision < state.history_start {
             return Err(SubscribeError::TooOld {
@@ -642,21 +753,15 @@ impl WatchCache {
                 oldest: state.history_start,
             });
         }
-        let backlog = state
-            .history
-            .iter()
-            .filter(|e| e.revision > from_revision)
-            .cloned()
-            .collect();
-        Ok((backlog, self.events.subscribe(), state.revision))
+        Ok(self.feed(prefix, from_revision))
     }
 
-    /// Current objects under `prefix` plus a receiver for later events, atomically
-    /// (for watches that start with the current state).
+    /// Current objects under `prefix`, a feed of later events and the revision of the
+    /// objects, atomically (for watches that start with the current state).
     pub fn snapshot_and_subscribe(
-        &self,
+        self: &Arc<Self>,
         prefix: &str,
-    ) -> (Vec<CachedObject>, broadcast::Receiver<Arc<CacheEvent>>, i64) {
+    ) -> (Vec<CachedObject>, CacheFeed, i64) {
         let state = self.state.read().unwrap_or_else(|p| p.into_inner());
         let start: Arc<str> = prefix.into();
         let objects = state
@@ -665,11 +770,40 @@ impl WatchCache {
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(_, v)| v.clone())
             .collect();
-        (objects, self.events.subscribe(), state.revision)
+        (objects, self.feed(prefix, state.revision), state.revision)
+    }
+
+    /// A feed reading after `cursor`; called under the state lock, so no event can
+    /// slip between the caller's view and the feed's route.
+    fn feed(self: &Arc<Self>, prefix: &str, cursor: i64) -> CacheFeed {
+        let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        let marks = match routes.iter().find(|r| &*r.prefix == prefix) {
+            Some(route) => route.marks.subscribe(),
+            None => {
+                let (marks, receiver) = watch::channel(RouteMarks::default());
+                routes.push(Route {
+                    prefix: prefix.into(),
+                    marks,
+                });
+                receiver
+            }
+        };
+        CacheFeed {
+            cache: self.clone(),
+            prefix: prefix.into(),
+            cursor,
+            pending: VecDeque::new(),
+            marks,
+        }
     }
 
     pub fn watcher_count(&self) -> usize {
-        self.events.receiver_count()
+        self.routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|r| r.marks.receiver_count())
+            .sum()
     }
 }
 
@@ -714,6 +848,91 @@ mod tests {
         }
     }
 
+    /// The events a feed has ready, without waiting.
+    fn ready(feed: &mut CacheFeed) -> Vec<Arc<CacheEvent>> {
+        feed.read_history().expect("not lagged");
+        feed.pending.drain(..).collect()
+    }
+
+    fn put(cache: &WatchCache, key: &str, revision: i64, payload: &str) {
+        let name = key.rsplit('/').next().unwrap_or_default();
+        cache.apply(&Event::Put {
+            kv: kv(
+                key,
+                json!({"metadata": {"name": name}, "data": {"k": payload}}),
+                revision,
+            ),
+            prev_kv: None,
+        });
+    }
+
+    #[tokio::test]
+    async fn a_watcher_is_woken_only_by_its_own_prefix() {
+        let cache = Arc::new(WatchCache::empty());
+        let mut secrets = cache.subscribe("/registry/secrets/", 0).expect("subscribe");
+        let mut everything = cache.subscribe("/registry/", 0).expect("subscribe");
+        let mut default_secrets = cache
+            .subscribe("/registry/secrets/default/", 0)
+            .expect("subscribe");
+        assert_eq!(cache.watcher_count(), 3);
+        put(&cache, "/registry/configmaps/default/c", 2, "v");
+        put(&cache, "/registry/secrets/other/s", 3, "v");
+        assert!(!default_secrets.marks.has_changed().unwrap());
+        assert!(secrets.marks.has_changed().unwrap());
+        assert!(everything.marks.has_changed().unwrap());
+        let only = secrets.recv().await.expect("the secret");
+        assert_eq!(only.revision, 3);
+        assert_eq!(secrets.caught_up(), Some(3));
+        assert_eq!(everything.recv().await.expect("configmap").revision, 2);
+        assert_eq!(everything.recv().await.expect("secret").revision, 3);
+        // A quiet watcher still knows how far the cache has gone (for bookmarks).
+        assert_eq!(default_secrets.caught_up(), Some(3));
+        let woken = tokio::spawn(async move { default_secrets.recv().await.map(|e| e.revision) });
+        tokio::task::yield_now().await;
+        put(&cache, "/registry/configmaps/default/d", 4, "v");
+        put(&cache, "/registry/secrets/default/s", 5, "v");
+        assert_eq!(woken.await.unwrap().expect("its event"), 5);
+        // Routes without watchers are forgotten at the next event.
+        drop((secrets, everything));
+        put(&cache, "/registry/configmaps/default/e", 6, "v");
+        assert_eq!(cache.routes.lock().unwrap().len(), 0);
+        assert_eq!(cache.watcher_count(), 0);
+    }
+
+    #[test]
+    fn only_a_watcher_whose_own_events_left_the_history_has_lagged() {
+        let cache = Arc::new(WatchCache::empty());
+        let mut read_secrets = cache.subscribe("/registry/secrets/", 0).expect("subscribe");
+        let mut unread_secrets = cache.subscribe("/registry/secrets/", 0).expect("subscribe");
+        let mut pods = cache.subscribe("/registry/pods/", 0).expect("subscribe");
+        put(&cache, "/registry/secrets/default/s", 2, "v");
+        assert_eq!(ready(&mut read_secrets).len(), 1);
+        // 1 MiB configmaps push the secret's event out of the history.
+        let payload = "x".repeat(1 << 20);
+        let count = HISTORY_BYTES / payload.len() + 4;
+        for i in 0..count {
+            put(
+                &cache,
+                &format!("/registry/configmaps/default/c{i}"),
+                3 + i as i64,
+                &payload,
+            );
+        }
+        assert!(cache.state.read().unwrap().history_start > 2);
+        // Read up to the secret before it went: nothing lost, nothing to return.
+        assert_eq!(read_secrets.caught_up(), Some(2 + count as i64));
+        // Never read the secret: its event is gone, the watcher must re-list.
+        assert!(matches!(
+            unread_secrets.read_history(),
+            Err(FeedEnd::Lagged)
+        ));
+        assert_eq!(unread_secrets.caught_up(), None);
+        // Nothing under its prefix ever went: not lagged.
+        assert!(ready(&mut pods).is_empty());
+        put(&cache, "/registry/pods/default/p", 3 + count as i64, "v");
+        assert_eq!(ready(&mut pods).len(), 1);
+    }
+
     fn kv(key: &str, value: Value, revision: i64) -> crate::store::KeyValue {
         crate::store::KeyValue {
             key: key.as_bytes().to_vec(),
@@ -726,8 +945,8 @@ mod tests {
 
     #[test]
     fn events_are_not_held_but_advance_the_revision() {
-        let cache = WatchCache::empty();
-        let (_, mut receiver, _) = cache.subscribe(0).expect("subscribe");
+        let cache = Arc::new(WatchCache::empty());
+        let mut feed = cache.subscribe("/registry/", 0).expect("subscribe");
         cache.apply(&Event::Put {
             kv: kv(
                 "/registry/events/default/pod.1",
@@ -748,9 +967,9 @@ mod tests {
         assert_eq!(cache.count("/registry/events/"), 0);
         assert_eq!(cache.revision(), 3);
         // Watchers of the cache only see the cached kind.
-        let first = receiver.try_recv().expect("the configmap's event");
-        assert_eq!(&*first.key, "/registry/configmaps/default/c");
-        assert!(receiver.try_recv().is_err());
+        let events = ready(&mut feed);
+        assert_eq!(events.len(), 1, "only the configmap's event");
+        assert_eq!(&*events[0].key, "/registry/configmaps/default/c");
         let state = cache.state.read().expect("lock");
         assert_eq!(state.history.len(), 1);
         assert!(is_cached("/registry/pods/default/p"));
@@ -759,7 +978,7 @@ mod tests {
 
     #[test]
     fn events_share_the_cached_bytes_of_the_previous_version() {
-        let cache = WatchCache::empty();
+        let cache = Arc::new(WatchCache::empty());
         let key = "/registry/configmaps/default/a";
         let v1 = kv(
             key,
@@ -788,8 +1007,11 @@ mod tests {
             prev_kv: v2,
             revision: 4,
         });
-        let (events, _, revision) = cache.subscribe(1).expect("history covers revision 1");
-        assert_eq!(revision, 4);
+        let mut feed = cache
+            .subscribe("/registry/configmaps/", 1)
+            .expect("history covers revision 1");
+        let events = ready(&mut feed);
+        assert_eq!(feed.caught_up(), Some(4));
         let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
         assert_eq!(
             kinds,
@@ -813,7 +1035,7 @@ mod tests {
 
     #[test]
     fn history_is_bounded_by_the_bytes_of_its_objects() {
-        let cache = WatchCache::empty();
+        let cache = Arc::new(WatchCache::empty());
         // 1 MiB objects: the byte bound, not the event count, limits the history.
         let payload = "x".repeat(1 << 20);
         let events = HISTORY_BYTES / payload.len() + 8;
@@ -838,10 +1060,13 @@ mod tests {
         let oldest = state.history_start;
         drop(state);
         // Resuming inside the window works; from before it is 410 material.
-        let (backlog, _, _) = cache.subscribe(oldest).expect("inside the window");
+        let mut feed = cache
+            .subscribe("/registry/configmaps/", oldest)
+            .expect("inside the window");
+        let backlog = ready(&mut feed);
         assert_eq!(backlog.last().map(|e| e.revision), Some(events as i64 + 1));
         assert!(matches!(
-            cache.subscribe(oldest - 1),
+            cache.subscribe("/registry/configmaps/", oldest - 1),
             Err(SubscribeError::TooOld { .. })
         ));
         // Every object is still in the current state.
@@ -881,9 +1106,11 @@ mod tests {
 
     #[test]
     fn events_carry_their_watch_line_around_the_cached_bytes() {
-        let cache = WatchCache::empty();
+        let cache = Arc::new(WatchCache::empty());
         let key = "/registry/configmaps/default/a";
-        let mut events = cache.events.subscribe();
+        let mut feed = cache
+            .subscribe("/registry/configmaps/", 0)
+            .expect("subscribe");
         let v1 = kv(
             key,
             json!({"metadata": {"name": "a"}, "data": {"k": "v"}}),
@@ -897,8 +1124,9 @@ mod tests {
             prev_kv: v1,
             revision: 3,
         });
+        let mut events = ready(&mut feed).into_iter();
         for (kind, revision) in [("ADDED", 2), ("DELETED", 3)] {
-            let event = events.try_recv().expect("an event per change");
+            let event = events.next().expect("an event per change");
             let object =
                 with_resource_version(br#"{"data":{"k":"v"},"metadata":{"name":"a"}}"#, revision);
             assert_eq!(&event.bytes[..], &object[..]);

@@ -215,20 +215,16 @@ impl Authorizer {
         // The index may have been built before the subscription started.
         self.refresh(&cache);
         tokio::spawn(async move {
-            use tokio::sync::broadcast::error::RecvError;
+            use super::watchcache::FeedEnd;
             loop {
-                let dirty = match events.recv().await {
-                    Ok(event) => event.key.starts_with(rbac::PREFIX),
-                    Err(RecvError::Lagged(_)) => true,
-                    Err(RecvError::Closed) => return,
-                };
-                if !dirty {
-                    continue;
+                match events.recv().await {
+                    Ok(_) => {}
+                    // Fell behind: start over from now, and rebuild.
+                    Err(FeedEnd::Lagged) => events = cache.snapshot_and_subscribe(rbac::PREFIX).1,
+                    Err(FeedEnd::Closed) => return,
                 }
-                // Fold whatever else is already queued into this rebuild.
-                while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) =
-                    events.try_recv()
-                {}
+                // Fold whatever else is already there into this rebuild.
+                events.skip_ready();
                 let Some(authorizer) = authorizer.upgrade() else {
                     return;
                 };
