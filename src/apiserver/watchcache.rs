@@ -158,20 +158,13 @@ impl EventFeed {
     }
 }
 
-/// What a route tells its watchers, under the cache's state lock.
-#[derive(Clone, Copy, Debug, Default)]
-struct RouteMarks {
-    /// The newest event under the route's prefix (changes wake the watchers).
-    latest: i64,
-    /// The newest event under the prefix that has left the history: a watcher that
-    /// has not read up to it has lost events.
-    dropped_upto: i64,
-}
-
-/// One watched key prefix and the watchers waiting on it.
+/// One watched key prefix and the watchers waiting on it. The channel holds the
+/// revision of the newest event under the prefix that has left the history (a
+/// watcher that has not read up to it has lost events); every event under the prefix
+/// notifies it, which wakes the watchers. Written under the cache's state lock.
 struct Route {
     prefix: Arc<str>,
-    marks: watch::Sender<RouteMarks>,
+    dropped_upto: watch::Sender<i64>,
 }
 
 /// One watch's view of the cache: a cursor into the history, woken only by events
@@ -185,7 +178,7 @@ pub struct CacheFeed {
     cursor: i64,
     /// Events read from the history but not yet returned.
     pending: VecDeque<Arc<CacheEvent>>,
-    marks: watch::Receiver<RouteMarks>,
+    dropped_upto: watch::Receiver<i64>,
 }
 
 impl CacheFeed {
@@ -197,10 +190,13 @@ impl CacheFeed {
             }
             // Marked seen before reading, so an event applied after the read still
             // wakes us.
-            self.marks.borrow_and_update();
+            self.dropped_upto.borrow_and_update();
             self.read_history()?;
             if self.pending.is_empty() {
-                self.marks.changed().await.map_err(|_| FeedEnd::Closed)?;
+                self.dropped_upto
+                    .changed()
+                    .await
+                    .map_err(|_| FeedEnd::Closed)?;
             }
         }
     }
@@ -226,7 +222,7 @@ impl CacheFeed {
     /// Moves the events after the cursor under the prefix into `pending`.
     fn read_history(&mut self) -> Result<(), FeedEnd> {
         let state = self.cache.state.read().unwrap_or_else(|p| p.into_inner());
-        if self.cursor < state.history_start && self.marks.borrow().dropped_upto > self.cursor {
+        if self.cursor < state.history_start && *self.dropped_upto.borrow() > self.cursor {
             return Err(FeedEnd::Lagged);
         }
         let start = state.history.partition_point(|e| e.revision <= self.cursor);
@@ -564,10 +560,7 @@ impl WatchCache {
         // A refill after the store watch was lost leaves a gap: every watcher must
         // re-list.
         for route in self.routes.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            route.marks.send_modify(|marks| {
-                marks.latest = listed.revision;
-                marks.dropped_upto = listed.revision;
-            });
+            route.dropped_upto.send_replace(listed.revision);
         }
         drop(state);
         self.revision_tx.send_replace(listed.revision);
@@ -669,20 +662,23 @@ impl WatchCache {
             state.history_start = dropped.revision;
             for route in routes.iter() {
                 if dropped.key.starts_with(&*route.prefix) {
-                    route
-                        .marks
-                        .send_modify(|m| m.dropped_upto = dropped.revision);
+                    // No wake-up: a watcher learns of it at its next read.
+                    route.dropped_upto.send_if_modified(|upto| {
+                        *upto = dropped.revision;
+                        false
+                    });
                 }
             }
         }
         // Woken under the lock so watchers never see a gap or a repeat; routes
         // nobody watches any more go.
         routes.retain(|route| {
-            if route.marks.receiver_count() == 0 {
+            if route.dropped_upto.receiver_count() == 0 {
                 return false;
             }
             if event.key.starts_with(&*route.prefix) {
-                route.marks.send_modify(|m| m.latest = revision);
+                // Notifies even though the value stays.
+                route.dropped_upto.send_modify(|_| {});
             }
             true
         });
@@ -777,23 +773,22 @@ impl WatchCache {
     /// slip between the caller's view and the feed's route.
     fn feed(self: &Arc<Self>, prefix: &str, cursor: i64) -> CacheFeed {
         let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
-        let marks = match routes.iter().find(|r| &*r.prefix == prefix) {
-            Some(route) => route.marks.subscribe(),
+        let route = match routes.iter().position(|r| &*r.prefix == prefix) {
+            Some(at) => &routes[at],
             None => {
-                let (marks, receiver) = watch::channel(RouteMarks::default());
                 routes.push(Route {
                     prefix: prefix.into(),
-                    marks,
+                    dropped_upto: watch::channel(0).0,
                 });
-                receiver
+                &routes[routes.len() - 1]
             }
         };
         CacheFeed {
             cache: self.clone(),
-            prefix: prefix.into(),
+            prefix: route.prefix.clone(),
             cursor,
             pending: VecDeque::new(),
-            marks,
+            dropped_upto: route.dropped_upto.subscribe(),
         }
     }
 
@@ -802,7 +797,7 @@ impl WatchCache {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .map(|r| r.marks.receiver_count())
+            .map(|r| r.dropped_upto.receiver_count())
             .sum()
     }
 }
@@ -877,9 +872,9 @@ mod tests {
         assert_eq!(cache.watcher_count(), 3);
         put(&cache, "/registry/configmaps/default/c", 2, "v");
         put(&cache, "/registry/secrets/other/s", 3, "v");
-        assert!(!default_secrets.marks.has_changed().unwrap());
-        assert!(secrets.marks.has_changed().unwrap());
-        assert!(everything.marks.has_changed().unwrap());
+        assert!(!default_secrets.dropped_upto.has_changed().unwrap());
+        assert!(secrets.dropped_upto.has_changed().unwrap());
+        assert!(everything.dropped_upto.has_changed().unwrap());
         let only = secrets.recv().await.expect("the secret");
         assert_eq!(only.revision, 3);
         assert_eq!(secrets.caught_up(), Some(3));
