@@ -445,6 +445,9 @@ async fn examine_deleting_owner(client: &kube::Client, graph: &mut Graph, uid: &
         .filter_map(|d| graph.nodes.get(d))
         .collect();
     if owner.has_finalizer(ORPHAN) {
+        if !graph_knows_every_dependent(client, owner, &deps).await {
+            return false;
+        }
         let uids = HashSet::from([owner.uid.as_str()]);
         for dep in &deps {
             if let Err(e) = remove_references(client, dep, &uids).await {
@@ -482,6 +485,46 @@ async fn examine_deleting_owner(client: &kube::Client, graph: &mut Graph, uid: &
                 false
             }
         };
+    }
+    true
+}
+
+/// Whether a live list of the kinds of `deps` finds no other dependent of `owner`.
+/// The graph's watches are not one snapshot: a dependent whose watch lags would keep
+/// its reference to an owner that then goes, and be collected instead of orphaned.
+async fn graph_knows_every_dependent(client: &kube::Client, owner: &Node, deps: &[&Node]) -> bool {
+    let known: HashSet<&str> = deps.iter().map(|d| d.uid.as_str()).collect();
+    let mut listed: HashSet<(&str, Option<&str>)> = HashSet::new();
+    for dep in deps {
+        if !listed.insert((dep.resource.plural.as_str(), dep.namespace.as_deref())) {
+            continue;
+        }
+        let list = match api_for(client, &dep.resource, dep.namespace.as_deref())
+            .list_metadata(&kube::api::ListParams::default())
+            .await
+        {
+            Ok(list) => list,
+            Err(e) => {
+                tracing::debug!(owner = %owner.describe(), error = %e, "listing dependents failed");
+                return false;
+            }
+        };
+        let unseen = list.items.iter().any(|item| {
+            item.metadata
+                .uid
+                .as_deref()
+                .is_some_and(|uid| !known.contains(uid))
+                && item
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|r| r.uid == owner.uid)
+        });
+        if unseen {
+            tracing::debug!(owner = %owner.describe(), "a dependent is not in the graph yet; orphaning later");
+            return false;
+        }
     }
     true
 }
