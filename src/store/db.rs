@@ -25,6 +25,8 @@ pub(crate) const APPLICATION_ID: i32 = 0x6b33_7273;
 /// `PRAGMA user_version`: the on-disk format this build writes and understands.
 pub(crate) const FORMAT_VERSION: i32 = 1;
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+/// Page size of a newly created store (see `Database::initialize`).
+pub(crate) const PAGE_SIZE: u32 = 2048;
 
 const SCHEMA: &str = "
 CREATE TABLE kv (
@@ -148,9 +150,16 @@ impl Database {
             conf_state,
             ..Default::default()
         };
-        // auto_vacuum must be chosen before the first table exists.
+        // Page size and auto_vacuum must be chosen before the first table exists.
+        // 2 KiB pages: every write touches one leaf of the key index (keys arrive in
+        // no order), and the WAL takes that leaf whole, so smaller pages cut what each
+        // commit writes and its fdatasync must flush (16 writers creating 1 KiB
+        // objects: ~15% shorter syncs and ~4% more creates/s than with 4 KiB). Stores
+        // created with another page size keep it.
         self.conn
-            .execute_batch("PRAGMA auto_vacuum = INCREMENTAL;")
+            .execute_batch(&format!(
+                "PRAGMA page_size = {PAGE_SIZE}; PRAGMA auto_vacuum = INCREMENTAL;"
+            ))
             .map_err(|e| self.classify(e, "initializing the database"))?;
         let tx = self
             .conn
@@ -181,10 +190,10 @@ impl Database {
         // thread fsyncs the WAL before anything of the batch is acknowledged or
         // visible (see `durability`), and checkpoints still sync the WAL first. A
         // background connection checkpoints continuously so the writer rarely has to;
-        // the writer's own autocheckpoint (every 16384 pages, 64 MiB) only finishes
+        // the writer's own autocheckpoint (every 64 MiB of WAL) only finishes
         // what the background left, which lets the WAL restart from the beginning even
         // under continuous writes. It costs the writer a database fsync, so it is kept
-        // rare: at 4096 pages it came every half second under heavy load and set the
+        // rare: at 16 MiB it came every half second under heavy load and set the
         // 16-writer p99. After a reset the WAL file keeps up to 80 MiB (more than the
         // 64 MiB a cycle writes): later commits overwrite blocks the file already has,
         // and an fdatasync of an overwrite need not journal a new file size (measured
@@ -194,11 +203,13 @@ impl Database {
         // key index, and every current value is already held by the API server's watch
         // cache, so a bigger cache mostly duplicated that in memory (16 MiB: up to 1.6 KiB
         // per object at 10,000 objects); misses are served by the OS page cache.
+        let page_size = self.pragma_i32("page_size")?.max(512) as u64;
+        let autocheckpoint_pages = WAL_AUTOCHECKPOINT_BYTES / page_size;
         self.conn
             .execute_batch(&format!(
                 "PRAGMA journal_mode = WAL;
                  PRAGMA synchronous = NORMAL;
-                 PRAGMA wal_autocheckpoint = 16384;
+                 PRAGMA wal_autocheckpoint = {autocheckpoint_pages};
                  PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};
                  PRAGMA cache_size = -4096;
                  PRAGMA temp_store = MEMORY;"
@@ -648,6 +659,8 @@ pub(crate) fn compact_batch(
 
 /// Bytes the WAL file keeps after a reset (see `Database::configure_writer`).
 const WAL_SIZE_LIMIT: u64 = 80 << 20;
+/// WAL bytes after which the writer checkpoints itself (see `Database::configure_writer`).
+const WAL_AUTOCHECKPOINT_BYTES: u64 = 64 << 20;
 
 /// The WAL file of the database at `db_path`.
 pub(crate) fn wal_path(db_path: &Path) -> PathBuf {
@@ -710,7 +723,7 @@ fn release_free_pages(conn: &Connection) {
     let total: i64 = conn
         .query_row("PRAGMA page_count", [], |r| r.get(0))
         .unwrap_or(0);
-    // Keep up to 4 MiB (1024 pages) of slack for reuse; release beyond that.
+    // Keep up to 1024 pages (2 MiB at 2 KiB) of slack for reuse; release beyond that.
     if free > 1024 && free * 4 > total {
         let started = Instant::now();
         let mut remaining = free - 1024;

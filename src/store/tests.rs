@@ -208,6 +208,50 @@ fn writes_survive_a_restart_and_revisions_continue() {
     });
 }
 
+fn page_size(db: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// New stores use 2 KiB pages; a store an older k3rs created with 4 KiB pages opens
+/// with its pages and data as they are and keeps taking writes.
+#[test]
+fn new_stores_use_small_pages_and_older_page_sizes_still_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = rt();
+    let db = runtime.block_on(async {
+        let store = open(dir.path());
+        store.create(b"/k", b"v".to_vec()).await.unwrap();
+        store.db_path().to_path_buf()
+    });
+    assert_eq!(page_size(&db), i64::from(db::PAGE_SIZE));
+
+    // Rewrite the file with 4 KiB pages, as a store made before the change has.
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = DELETE; PRAGMA page_size = 4096; VACUUM;")
+            .unwrap();
+    }
+    assert_eq!(page_size(&db), 4096);
+    runtime.block_on(async {
+        let store = open(dir.path());
+        assert_eq!(store.get(b"/k").await.unwrap().unwrap().value, b"v");
+        for i in 0..50 {
+            store
+                .create(format!("/n/{i}").as_bytes(), vec![7; 3000])
+                .await
+                .unwrap();
+        }
+        assert_eq!(store.range(all("/n/")).await.unwrap().kvs.len(), 50);
+    });
+    assert_eq!(
+        page_size(&db),
+        4096,
+        "an existing store keeps its page size"
+    );
+}
+
 /// A group of one applies each entry in the transaction that appends it, so it keeps no
 /// raft log rows; its persisted log starts at the applied entry and raft resumes from
 /// there after a restart (twice, to cover a restart of a restarted store).
