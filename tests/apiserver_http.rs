@@ -407,3 +407,60 @@ fn custom_resources_are_served_and_validated_against_their_schema() {
         assert_eq!(code, 404);
     });
 }
+
+/// Creates see the namespace writes made just before them, while writes elsewhere keep
+/// the store moving: they land in a namespace as soon as it was created, and are refused
+/// (403 Forbidden, nothing stored) as soon as it is terminating.
+#[test]
+fn creates_follow_the_namespace_lifecycle_under_load() {
+    let server = Server::start();
+    runtime().block_on(async {
+        let client = client(&server).await;
+        let configmap = |name: &str| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}})
+                .to_string()
+                .into_bytes()
+        };
+        // Unrelated writes in the background, so the store's revision runs ahead of
+        // any one namespace write.
+        let busy = client.clone();
+        let background = tokio::spawn(async move {
+            for i in 0..400 {
+                let path = "/api/v1/namespaces/default/configmaps";
+                let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("noise-{i}")}});
+                send(&busy, "POST", path, "application/json", body.to_string().into_bytes()).await;
+            }
+        });
+        for round in 0..20 {
+            let ns = format!("life-{round}");
+            // A finalizer of our own keeps the namespace Terminating after the
+            // namespace controller has emptied it.
+            let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "finalizers": ["example.com/hold"]}});
+            let (code, body, _) = send(&client, "POST", "/api/v1/namespaces", "application/json", namespace.to_string().into_bytes()).await;
+            assert_eq!(code, 201, "{body}");
+            let path = format!("/api/v1/namespaces/{ns}/configmaps");
+            let (code, body, _) = send(&client, "POST", &path, "application/json", configmap("first")).await;
+            assert_eq!(code, 201, "create right after the namespace: {body}");
+
+            let (code, body, _) = send(&client, "DELETE", &format!("/api/v1/namespaces/{ns}"), "application/json", vec![]).await;
+            assert!(code == 200 || code == 202, "delete namespace: {code} {body}");
+            let (code, body, _) = send(&client, "POST", &path, "application/json", configmap("late")).await;
+            assert_eq!(code, 403, "create right after the delete: {body}");
+            assert_eq!(body["reason"], "Forbidden");
+            assert_eq!(
+                body["message"],
+                format!("configmaps is forbidden: unable to create new content in namespace {ns} because it is being terminated")
+            );
+            let (code, _, _) = send(&client, "GET", &format!("{path}/late"), "application/json", vec![]).await;
+            assert_eq!(code, 404, "a refused create stored its object");
+        }
+        background.await.expect("background writes");
+        // Let the namespaces go: drop our finalizer; the controller finishes the rest.
+        for round in 0..20 {
+            let patch = json!({"metadata": {"finalizers": null}}).to_string().into_bytes();
+            let (code, body, _) = send(&client, "PATCH", &format!("/api/v1/namespaces/life-{round}"), "application/merge-patch+json", patch).await;
+            assert!(code == 200 || code == 404, "release life-{round}: {code} {body}");
+        }
+    });
+}

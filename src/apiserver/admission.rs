@@ -316,14 +316,26 @@ pub async fn on_update(
 }
 
 /// Runs after an object was stored (CRDs change what the server serves).
-pub async fn after_write(state: &AppState, info: &ResourceInfo, object: &Value) {
+pub async fn after_write(state: &AppState, info: &ResourceInfo, object: &Value, revision: i64) {
+    note_namespace_write(state, info, revision);
     if info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions" {
         super::crd::register(state, object);
     }
 }
 
+/// Records a namespace write for the namespace check of later creates
+/// (`AppState::namespace_written`).
+fn note_namespace_write(state: &AppState, info: &ResourceInfo, revision: i64) {
+    if info.group.is_empty() && info.plural == "namespaces" {
+        state
+            .namespace_written
+            .fetch_max(revision, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// Runs after an object was removed.
-pub async fn after_delete(state: &AppState, info: &ResourceInfo, object: &Value) {
+pub async fn after_delete(state: &AppState, info: &ResourceInfo, object: &Value, revision: i64) {
+    note_namespace_write(state, info, revision);
     if info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions" {
         super::crd::unregister(state, object);
         // Custom resources go with their definition (kube's customresourcecleanup).

@@ -4,6 +4,7 @@
 //! built-in kinds are type-checked, defaulted and validated via `objects`.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -870,9 +871,22 @@ async fn check_namespace(
     namespace: &str,
 ) -> Result<(), ApiError> {
     let key = format!("/registry/namespaces/{namespace}");
-    let current = state.store.current_revision();
-    state.cache.wait_for(current, Duration::from_secs(3)).await;
-    let Some(ns) = state.cache.get(&key) else {
+    // Every namespace write this server made is in the cache once it reaches
+    // `namespace_written`: "create the namespace, then create into it" and "delete
+    // it, then be refused" hold without waiting for unrelated writes.
+    let written = state.namespace_written.load(Ordering::Acquire);
+    state.cache.wait_for(written, Duration::from_secs(3)).await;
+    let cached = match state.cache.get(&key) {
+        Some(ns) => Some(ns),
+        None => {
+            // Made elsewhere (another server, a restore) and maybe not applied yet:
+            // catch up with everything committed before answering NotFound.
+            let current = state.store.current_revision();
+            state.cache.wait_for(current, Duration::from_secs(3)).await;
+            state.cache.get(&key)
+        }
+    };
+    let Some(ns) = cached else {
         return Err(ApiError::not_found("", "namespaces", namespace));
     };
     // Only the phase matters: skip building a whole Value for every create.
@@ -1069,7 +1083,7 @@ pub async fn create_object(
         .create(key.as_bytes(), to_stored(&object))
         .await
         .map_err(store_err(info, &name))?;
-    super::admission::after_write(state, info, &object).await;
+    super::admission::after_write(state, info, &object, kv.mod_revision).await;
     Ok(with_warnings(
         json_response(StatusCode::CREATED, stored_to_response(&kv)),
         &warnings,
@@ -1311,7 +1325,7 @@ where
                 .await
             {
                 Ok((_, revision)) => {
-                    super::admission::after_delete(state, info, &new).await;
+                    super::admission::after_delete(state, info, &new, revision).await;
                     Ok(json_response(
                         StatusCode::OK,
                         super::watchcache::with_resource_version(&to_stored(&new), revision),
@@ -1336,7 +1350,7 @@ where
             .await
         {
             Ok(kv) => {
-                super::admission::after_write(state, info, &new).await;
+                super::admission::after_write(state, info, &new, kv.mod_revision).await;
                 return Ok(with_warnings(
                     json_response(StatusCode::OK, stored_to_response(&kv)),
                     &warnings,
@@ -1676,9 +1690,8 @@ pub async fn delete(state: &AppState, target: &Target, query: &Query, body: &[u8
                 .delete(key.as_bytes(), Some(current.mod_revision))
                 .await
             {
-                Ok((prev, revision)) => {
-                    super::admission::after_delete(state, &info, &object).await;
-                    let _ = prev;
+                Ok((_, revision)) => {
+                    super::admission::after_delete(state, &info, &object, revision).await;
                     Ok(json_response(
                         StatusCode::OK,
                         super::watchcache::with_resource_version(&current.value, revision),
@@ -1735,7 +1748,7 @@ pub async fn delete(state: &AppState, target: &Target, query: &Query, body: &[u8
             .await
         {
             Ok(kv) => {
-                super::admission::after_write(state, &info, &object).await;
+                super::admission::after_write(state, &info, &object, kv.mod_revision).await;
                 return Ok(json_response(StatusCode::ACCEPTED, stored_to_response(&kv)));
             }
             Err(StoreError::Conflict { .. }) => continue,

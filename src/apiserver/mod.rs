@@ -39,6 +39,7 @@ pub mod watchcache;
 
 use std::net::{IpAddr, SocketAddr};
 use std::ops::RangeInclusive;
+use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -109,6 +110,11 @@ pub struct AppState {
     pub snapshots: Option<Arc<snapshots::SnapshotManager>>,
     /// TLS towards kubelets (from `ApiServerConfig::kubelet_client`).
     pub kubelet_tls: Option<Arc<rustls::ClientConfig>>,
+    /// The revision of the newest namespace write made through this server. A create
+    /// checks its namespace in the watch cache once the cache has applied this revision,
+    /// rather than every revision the store has committed: under load the latter costs
+    /// each create a wait for other clients' writes to reach the cache.
+    pub namespace_written: AtomicI64,
 }
 
 /// A running API server.
@@ -176,6 +182,7 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
         .map(sa_token::TokenSigner::load_or_create)
         .transpose()
         .context("loading the service-account signing key")?;
+    let store_revision = store.current_revision();
     let state = Arc::new(AppState {
         authz: authorizer,
         kubelet_tls,
@@ -189,6 +196,7 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
         custom: RwLock::new(Default::default()),
         allocation: tokio::sync::Mutex::new(()),
         metrics: metrics::Metrics::default(),
+        namespace_written: AtomicI64::new(store_revision),
     });
     crd::register_all(&state);
     bootstrap(&state)
