@@ -876,16 +876,14 @@ async fn check_namespace(
     // it, then be refused" hold without waiting for unrelated writes.
     let written = state.namespace_written.load(Ordering::Acquire);
     state.cache.wait_for(written, Duration::from_secs(3)).await;
-    let cached = match state.cache.get(&key) {
-        Some(ns) => Some(ns),
-        None => {
-            // Made elsewhere (another server, a restore) and maybe not applied yet:
-            // catch up with everything committed before answering NotFound.
-            let current = state.store.current_revision();
-            state.cache.wait_for(current, Duration::from_secs(3)).await;
-            state.cache.get(&key)
-        }
-    };
+    let mut cached = state.cache.get(&key);
+    if cached.is_none() {
+        // Made elsewhere (another server, a restore) and maybe not applied yet:
+        // catch up with everything committed before answering NotFound.
+        let current = state.store.current_revision();
+        state.cache.wait_for(current, Duration::from_secs(3)).await;
+        cached = state.cache.get(&key);
+    }
     let Some(ns) = cached else {
         return Err(ApiError::not_found("", "namespaces", namespace));
     };
