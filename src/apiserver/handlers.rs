@@ -172,10 +172,15 @@ pub fn type_check(
 }
 
 /// Kind-specific validation, or the CRD schema's for custom kinds.
-fn validate(state: &AppState, info: &ResourceInfo, value: &Value) -> Vec<StatusCause> {
+fn validate(
+    state: &AppState,
+    info: &ResourceInfo,
+    value: &Value,
+    old: Option<&Value>,
+) -> Vec<StatusCause> {
     match custom_schema(state, info) {
         Some(schema) => super::schema::validate(value, &schema),
-        None => objects::validate(info, value),
+        None => super::validation::validate(info, value, old),
     }
 }
 
@@ -1036,6 +1041,7 @@ pub async fn create_object(
     if let Some(problem) = objects::name_problem(info, &name) {
         return Err(objects::invalid_name(info, &name, problem));
     }
+    crate::panics::test_hook("create", &name);
     meta.insert("uid".into(), json!(objects::new_uid()));
     meta.insert("creationTimestamp".into(), json!(objects::now_rfc3339()));
     meta.remove("resourceVersion");
@@ -1065,7 +1071,7 @@ pub async fn create_object(
     }
     objects::admission_defaults(info, &mut object);
     super::admission::on_create(state, info, &mut object, dry_run).await?;
-    let causes = validate(state, info, &object);
+    let causes = validate(state, info, &object, None);
     if !causes.is_empty() {
         return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
     }
@@ -1285,7 +1291,7 @@ where
                     + 1;
                 metadata_mut(&mut new).insert("generation".into(), json!(generation));
             }
-            let causes = validate(state, info, &new);
+            let causes = validate(state, info, &new, Some(&old));
             if !causes.is_empty() {
                 return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
             }

@@ -35,6 +35,7 @@ pub mod status;
 pub mod subresources;
 pub mod table;
 pub mod tls;
+pub mod validation;
 pub mod watchcache;
 
 use std::net::{IpAddr, SocketAddr};
@@ -292,8 +293,32 @@ pub(crate) enum RequestBody {
 }
 
 /// Serves one request from a client authenticated as `cert_identity` (its client
-/// certificate's subject) or by the request's own credentials.
+/// certificate's subject) or by the request's own credentials. A panic while serving it
+/// fails this request only, with a 500 Status worded as kube-apiserver's panic recovery
+/// words it (the panic hook has logged where and why); the connection and every other
+/// request go on.
 pub(crate) async fn dispatch(
+    state: Arc<AppState>,
+    cert_identity: Option<Identity>,
+    req: Request<RequestBody>,
+) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    match crate::panics::catch("apiserver", dispatch_unguarded(state, cert_identity, req)).await {
+        Ok(response) => response,
+        Err(panic) => {
+            tracing::error!(%method, %path, %panic, "a request handler panicked");
+            status::ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                "This request caused apiserver to panic. Look in the logs for details.",
+            )
+            .into_response()
+        }
+    }
+}
+
+async fn dispatch_unguarded(
     state: Arc<AppState>,
     cert_identity: Option<Identity>,
     req: Request<RequestBody>,

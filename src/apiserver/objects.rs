@@ -775,188 +775,6 @@ fn qos_class(pod: &Value) -> &'static str {
     }
 }
 
-fn required(field: &str) -> StatusCause {
-    StatusCause {
-        reason: Some("FieldValueRequired".into()),
-        message: Some("Required value".into()),
-        field: Some(field.into()),
-    }
-}
-
-fn invalid(field: &str, value: &Value, message: &str) -> StatusCause {
-    let shown = match value {
-        Value::String(s) => format!("{s:?}"),
-        other => other.to_string(),
-    };
-    StatusCause {
-        reason: Some("FieldValueInvalid".into()),
-        message: Some(format!("Invalid value: {shown}: {message}")),
-        field: Some(field.into()),
-    }
-}
-
-fn validate_pod_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<StatusCause>) {
-    let containers = spec
-        .and_then(|s| s.get("containers"))
-        .and_then(Value::as_array);
-    match containers {
-        None => causes.push(required(&format!("{path}.containers"))),
-        Some(list) if list.is_empty() => causes.push(required(&format!("{path}.containers"))),
-        Some(list) => {
-            let mut names = std::collections::HashSet::new();
-            for (i, c) in list.iter().enumerate() {
-                let name = c.get("name").and_then(Value::as_str).unwrap_or("");
-                if name.is_empty() {
-                    causes.push(required(&format!("{path}.containers[{i}].name")));
-                } else if let Some(problem) = dns1123_label(name) {
-                    causes.push(invalid(
-                        &format!("{path}.containers[{i}].name"),
-                        &json!(name),
-                        &problem,
-                    ));
-                } else if !names.insert(name.to_string()) {
-                    causes.push(StatusCause {
-                        reason: Some("FieldValueDuplicate".into()),
-                        message: Some(format!("Duplicate value: {name:?}")),
-                        field: Some(format!("{path}.containers[{i}].name")),
-                    });
-                }
-                if c.get("image")
-                    .and_then(Value::as_str)
-                    .is_none_or(|s| s.trim().is_empty())
-                {
-                    causes.push(required(&format!("{path}.containers[{i}].image")));
-                }
-            }
-        }
-    }
-}
-
-fn selector_matches_labels(selector: &Value, labels: Option<&Map<String, Value>>) -> bool {
-    let Some(match_labels) = selector.get("matchLabels").and_then(Value::as_object) else {
-        return true;
-    };
-    match_labels
-        .iter()
-        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
-}
-
-/// Kind-specific validation; the causes of a 422, empty when valid.
-pub fn validate(info: &ResourceInfo, value: &Value) -> Vec<StatusCause> {
-    let mut causes = Vec::new();
-    if info.custom {
-        return causes;
-    }
-    match (info.group.as_str(), info.kind.as_str()) {
-        ("", "Pod") => validate_pod_spec(value.get("spec"), "spec", &mut causes),
-        ("apps", "Deployment")
-        | ("apps", "ReplicaSet")
-        | ("apps", "StatefulSet")
-        | ("apps", "DaemonSet") => {
-            let selector = value.pointer("/spec/selector");
-            let labels = value
-                .pointer("/spec/template/metadata/labels")
-                .and_then(Value::as_object);
-            match selector {
-                None | Some(Value::Null) => causes.push(required("spec.selector")),
-                Some(sel) => {
-                    if !selector_matches_labels(sel, labels) {
-                        causes.push(invalid(
-                            "spec.template.metadata.labels",
-                            &json!(labels.cloned().unwrap_or_default()),
-                            "`selector` does not match template `labels`",
-                        ));
-                    }
-                }
-            }
-            validate_pod_spec(
-                value.pointer("/spec/template/spec"),
-                "spec.template.spec",
-                &mut causes,
-            );
-            if let Some(r) = value.pointer("/spec/replicas").and_then(Value::as_i64)
-                && r < 0
-            {
-                causes.push(invalid(
-                    "spec.replicas",
-                    &json!(r),
-                    "must be greater than or equal to 0",
-                ));
-            }
-        }
-        ("batch", "Job") => {
-            validate_pod_spec(
-                value.pointer("/spec/template/spec"),
-                "spec.template.spec",
-                &mut causes,
-            );
-            let policy = value
-                .pointer("/spec/template/spec/restartPolicy")
-                .and_then(Value::as_str);
-            if let Some(p) = policy
-                && p != "Never"
-                && p != "OnFailure"
-            {
-                causes.push(StatusCause {
-                    reason: Some("FieldValueNotSupported".into()),
-                    message: Some(format!(
-                        "Unsupported value: {p:?}: supported values: \"OnFailure\", \"Never\""
-                    )),
-                    field: Some("spec.template.spec.restartPolicy".into()),
-                });
-            }
-        }
-        ("", "Service") => {
-            let ty = value
-                .pointer("/spec/type")
-                .and_then(Value::as_str)
-                .unwrap_or("ClusterIP");
-            let headless = value.pointer("/spec/clusterIP").and_then(Value::as_str) == Some("None");
-            let ports = value.pointer("/spec/ports").and_then(Value::as_array);
-            if ty != "ExternalName" && !headless && ports.is_none_or(|p| p.is_empty()) {
-                causes.push(required("spec.ports"));
-            }
-            for (i, port) in ports.into_iter().flatten().enumerate() {
-                match port.get("port").and_then(Value::as_i64) {
-                    Some(p) if (1..=65535).contains(&p) => {}
-                    Some(p) => causes.push(invalid(
-                        &format!("spec.ports[{i}].port"),
-                        &json!(p),
-                        "must be between 1 and 65535, inclusive",
-                    )),
-                    None => causes.push(required(&format!("spec.ports[{i}].port"))),
-                }
-                if ports.is_some_and(|p| p.len() > 1)
-                    && port
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .is_none_or(str::is_empty)
-                {
-                    causes.push(required(&format!("spec.ports[{i}].name")));
-                }
-            }
-        }
-        ("", "ConfigMap") | ("", "Secret") => {
-            for section in ["data", "binaryData", "stringData"] {
-                if let Some(map) = value.get(section).and_then(Value::as_object) {
-                    for key in map.keys() {
-                        let ok = !key.is_empty()
-                            && key.len() <= 253
-                            && key.bytes().all(|c| {
-                                c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.'
-                            });
-                        if !ok {
-                            causes.push(invalid(&format!("{section}[{key}]"), &json!(key), "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"));
-                        }
-                    }
-                }
-            }
-        }
-        _ => {}
-    }
-    causes
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1085,7 +903,7 @@ mod tests {
                 {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
             ])
         );
-        assert!(validate(&pods, &pod).is_empty());
+        assert!(crate::apiserver::validation::validate(&pods, &pod, None).is_empty());
         // A pod's own toleration for a key wins; a NoSchedule one does not count.
         let mut own = json!({"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"nginx"}],
             "tolerations":[{"key":"node.kubernetes.io/unreachable","operator":"Exists","effect":"NoExecute","tolerationSeconds":5},
@@ -1104,7 +922,9 @@ mod tests {
         assert_eq!(all["spec"]["tolerations"].as_array().unwrap().len(), 1);
         let bad = json!({"metadata":{"name":"p"},"spec":{"containers":[]}});
         assert_eq!(
-            validate(&pods, &bad)[0].field.as_deref(),
+            crate::apiserver::validation::validate(&pods, &bad, None)[0]
+                .field
+                .as_deref(),
             Some("spec.containers")
         );
     }

@@ -1,0 +1,1 @@
+//! Vectors for `workloads` validation.
