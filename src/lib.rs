@@ -9,11 +9,16 @@ pub mod cli;
 pub mod controllers;
 pub mod cron;
 pub mod dns;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod informer;
 pub mod kubelet;
+pub mod names;
 pub mod network;
+pub mod panics;
 pub mod pki;
 pub mod proxy;
 pub mod scheduler;
+pub mod skip;
 pub mod store;
 pub mod streaming;

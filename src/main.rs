@@ -73,6 +73,7 @@ fn main() -> ExitCode {
                 logging::print_fatal(&format!("{e:#}"));
                 return ExitCode::from(2);
             }
+            k3rs::panics::install_hook();
             let result =
                 server::prepare(&config).and_then(|prepared| server::run(config, prepared));
             exit_with(result)
@@ -89,6 +90,7 @@ fn main() -> ExitCode {
                 logging::print_fatal(&format!("{e:#}"));
                 return ExitCode::from(2);
             }
+            k3rs::panics::install_hook();
             exit_with(agent::run(config))
         }
         Some(Command::Kubectl(args)) => exit_with(kubectl::exec(&args.args)),

@@ -284,9 +284,12 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
         data_dir: options.data_dir.clone(),
     };
     let conflist_options = network_options.conflist();
-    tokio::spawn(async move {
-        if let Err(e) = crate::network::run(client_for_network, network_options).await {
-            tracing::error!(error = %format!("{e:#}"), "the pod network controllers stopped");
+    crate::panics::supervise("network", move || {
+        let (client, options) = (client_for_network.clone(), network_options.clone());
+        async move {
+            if let Err(e) = crate::network::run(client, options).await {
+                tracing::error!(error = %format!("{e:#}"), "the pod network controllers stopped");
+            }
         }
     });
     // Node networking for Services: kube-proxy (nftables) and the cluster DNS server on the
@@ -302,9 +305,12 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
                 options.cluster_cidrs.clone(),
             );
             let proxy_client = client.clone();
-            tokio::spawn(async move {
-                if let Err(e) = crate::proxy::run(proxy_client, proxy_config).await {
-                    tracing::error!(error = %format!("{e:#}"), "kube-proxy stopped");
+            crate::panics::supervise("proxy", move || {
+                let (client, config) = (proxy_client.clone(), proxy_config.clone());
+                async move {
+                    if let Err(e) = crate::proxy::run(client, config).await {
+                        tracing::error!(error = %format!("{e:#}"), "kube-proxy stopped");
+                    }
                 }
             });
         }
@@ -321,9 +327,12 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
             upstreams,
         };
         let dns_client = client.clone();
-        tokio::spawn(async move {
-            if let Err(e) = crate::dns::run(dns_client, dns_config).await {
-                tracing::error!(error = %format!("{e:#}"), "cluster DNS stopped");
+        crate::panics::supervise("dns", move || {
+            let (client, config) = (dns_client.clone(), dns_config.clone());
+            async move {
+                if let Err(e) = crate::dns::run(client, config).await {
+                    tracing::error!(error = %format!("{e:#}"), "cluster DNS stopped");
+                }
             }
         });
     }

@@ -52,6 +52,7 @@ impl Metrics {
 
     pub fn render(&self, watchers: usize) -> String {
         let mut out = String::new();
+        crate::panics::render_metrics(&mut out);
         out.push_str("# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource and HTTP response code.\n# TYPE apiserver_request_total counter\n");
         if let Ok(r) = self.requests.lock() {
             for ((verb, resource, code), n) in r.iter() {

@@ -13,6 +13,7 @@ use anyhow::Context;
 
 use super::config::{ServerConfig, system_hostname};
 use super::notify::{self, Notifier};
+use crate::panics::supervise;
 use crate::pki::{self, ServerPki, ServerPkiOptions, ServerToken, ServingSans};
 
 /// File stem of the API server's client certificate towards kubelets (`system:apiserver`).
@@ -189,16 +190,24 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         )
         .context("building the controller-manager's client")?;
         // The cluster DNS Service and its slice of node DNS servers (see dns::bootstrap).
-        tokio::spawn(crate::dns::bootstrap::run(
-            client.clone(),
-            config.cluster_dns,
-        ));
-        tokio::spawn(crate::controllers::root_ca::run(
-            client.clone(),
-            prepared.pki.server_ca().cert_pem().to_string(),
-        ));
+        {
+            let (client, cluster_dns) = (client.clone(), config.cluster_dns);
+            supervise("dns-bootstrap", move || {
+                crate::dns::bootstrap::run(client.clone(), cluster_dns)
+            });
+        }
+        {
+            let client = client.clone();
+            let ca_pem = prepared.pki.server_ca().cert_pem().to_string();
+            supervise("root-ca", move || {
+                crate::controllers::root_ca::run(client.clone(), ca_pem.clone())
+            });
+        }
         if config.servicelb_enabled() {
-            tokio::spawn(crate::controllers::servicelb::run(client.clone()));
+            let client = client.clone();
+            supervise("servicelb", move || {
+                crate::controllers::servicelb::run(client.clone())
+            });
         } else {
             tracing::info!("ServiceLB disabled (--disable=servicelb)");
         }
@@ -213,7 +222,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
     if !config.disable_scheduler {
         let client = component_client(&prepared, &server, "client-scheduler", "kube-scheduler")
             .context("building the scheduler's client")?;
-        tokio::spawn(crate::scheduler::run(client));
+        supervise("scheduler", move || crate::scheduler::run(client.clone()));
     }
     tracing::info!(
         address = %server.local_addr,

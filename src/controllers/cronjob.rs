@@ -106,7 +106,11 @@ pub async fn run(client: kube::Client) {
     });
     Controller::new(cronjobs, watcher::Config::default())
         .owns(Api::<Job>::all(client), watcher::Config::default())
-        .run(reconcile, error_policy, context)
+        .run(
+            |cj, ctx| super::workload::guarded("cronjob", reconcile(cj, ctx)),
+            error_policy,
+            context,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "cronjob reconcile failed");

@@ -82,7 +82,11 @@ pub async fn run(client: kube::Client, pods: super::pods::PodInformer) {
                     .collect::<Vec<_>>()
             },
         )
-        .run(reconcile, error_policy, context)
+        .run(
+            |ds, ctx| super::workload::guarded("daemonset", reconcile(ds, ctx)),
+            error_policy,
+            context,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "daemonset reconcile failed");

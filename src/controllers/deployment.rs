@@ -62,7 +62,11 @@ pub async fn run(client: kube::Client) {
     });
     Controller::new(deployments, watcher::Config::default())
         .owns(replicasets, watcher::Config::default())
-        .run(reconcile, error_policy, context)
+        .run(
+            |d, ctx| super::workload::guarded("deployment", reconcile(d, ctx)),
+            error_policy,
+            context,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "deployment reconcile failed");

@@ -70,7 +70,11 @@ pub async fn run(client: kube::Client, pods: super::pods::PodInformer) {
     });
     Controller::new(jobs, watcher::Config::default())
         .reconcile_on(super::pods::owner_triggers::<Job>(&pods))
-        .run(reconcile, error_policy, context)
+        .run(
+            |job, ctx| super::workload::guarded("job", reconcile(job, ctx)),
+            error_policy,
+            context,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "job reconcile failed");

@@ -101,25 +101,54 @@ impl Config {
 
 /// Runs every controller until the process ends.
 pub async fn run(client: kube::Client, config: Config) {
-    let namespaces = tokio::spawn(namespace::run(client.clone()));
+    use crate::panics::supervise;
+    // Each controller is its own supervised task: a panic that escapes a reconcile guard
+    // restarts that controller alone, after a backoff, and the others go on.
+    let namespaces = supervise("namespace", {
+        let client = client.clone();
+        move || namespace::run(client.clone())
+    });
     // One pod watch and cache for every controller that follows pods.
     let pods = pods::informer(&client);
-    tokio::spawn(replicaset::run(client.clone(), pods.clone()));
-    tokio::spawn(replicationcontroller::run(client.clone(), pods.clone()));
-    tokio::spawn(deployment::run(client.clone()));
-    tokio::spawn(daemonset::run(client.clone(), pods.clone()));
-    tokio::spawn(statefulset::run(client.clone(), pods.clone()));
-    tokio::spawn(job::run(client.clone(), pods.clone()));
-    tokio::spawn(cronjob::run(client.clone()));
-    tokio::spawn(endpoints::run(client.clone(), pods.clone()));
-    tokio::spawn(endpointslice::run(client.clone(), pods.clone()));
-    tokio::spawn(serviceaccount::run(client.clone()));
-    tokio::spawn(garbage_collector::run(client.clone()));
-    tokio::spawn(node_lifecycle::run(client.clone(), config.clone()));
-    tokio::spawn(taint_eviction::run(client.clone(), pods.clone()));
-    tokio::spawn(pod_gc::run(client.clone(), config.clone(), pods));
+    macro_rules! with_pods {
+        ($name:literal, $run:path) => {{
+            let (client, pods) = (client.clone(), pods.clone());
+            supervise($name, move || $run(client.clone(), pods.clone()));
+        }};
+    }
+    macro_rules! with_client {
+        ($name:literal, $run:path) => {{
+            let client = client.clone();
+            supervise($name, move || $run(client.clone()));
+        }};
+    }
+    macro_rules! with_config {
+        ($name:literal, $run:path) => {{
+            let (client, config) = (client.clone(), config.clone());
+            supervise($name, move || $run(client.clone(), config.clone()));
+        }};
+    }
+    with_pods!("replicaset", replicaset::run);
+    with_pods!("replicationcontroller", replicationcontroller::run);
+    with_client!("deployment", deployment::run);
+    with_pods!("daemonset", daemonset::run);
+    with_pods!("statefulset", statefulset::run);
+    with_pods!("job", job::run);
+    with_client!("cronjob", cronjob::run);
+    with_pods!("endpoints", endpoints::run);
+    with_pods!("endpointslice", endpointslice::run);
+    with_client!("serviceaccount", serviceaccount::run);
+    with_client!("garbage-collector", garbage_collector::run);
+    with_config!("node-lifecycle", node_lifecycle::run);
+    with_pods!("taint-eviction", taint_eviction::run);
+    {
+        let (client, config, pods) = (client.clone(), config.clone(), pods.clone());
+        supervise("pod-gc", move || {
+            pod_gc::run(client.clone(), config.clone(), pods.clone())
+        });
+    }
     if config.allocate_node_cidrs {
-        tokio::spawn(node_ipam::run(client.clone(), config.clone()));
+        with_config!("node-ipam", node_ipam::run);
     }
     if let Err(e) = namespaces.await {
         tracing::error!(error = %e, "namespace controller stopped");

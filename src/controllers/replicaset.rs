@@ -130,7 +130,11 @@ pub(crate) async fn run_for<K: ReplicatedPods>(client: kube::Client, pods: PodIn
     });
     controller
         .reconcile_on(triggers)
-        .run(reconcile::<K>, error_policy::<K>, context)
+        .run(
+            |owner, ctx| super::workload::guarded(K::COMPONENT, reconcile::<K>(owner, ctx)),
+            error_policy::<K>,
+            context,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, kind = K::COMPONENT, "reconcile failed");
@@ -241,6 +245,7 @@ async fn reconcile<K: ReplicatedPods>(
     let kind = K::kind(&());
     let namespace = rs.namespace().context("object has no namespace")?;
     let name = rs.name_any();
+    crate::panics::test_hook("reconcile", &name);
     let uid = rs.uid().context("object has no uid")?;
     let selector = rs.pod_selector();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);

@@ -42,7 +42,7 @@ pub async fn run(client: kube::Client, ca_pem: String) {
             },
         )
         .run(
-            reconcile,
+            |ns, ctx| super::workload::guarded("root-ca", reconcile(ns, ctx)),
             error_policy,
             Arc::new(Context { client, ca_pem }),
         )

@@ -33,7 +33,11 @@ pub async fn run(client: kube::Client) {
                     .then(|| ObjectRef::<Namespace>::new(&namespace))
             },
         )
-        .run(reconcile, error_policy, Arc::new(client))
+        .run(
+            |ns, client| super::workload::guarded("serviceaccount", reconcile(ns, client)),
+            error_policy,
+            Arc::new(client),
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "serviceaccount reconcile failed");

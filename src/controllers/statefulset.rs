@@ -63,7 +63,11 @@ pub async fn run(client: kube::Client, pods: super::pods::PodInformer) {
     });
     Controller::new(sets, watcher::Config::default())
         .reconcile_on(super::pods::owner_triggers::<StatefulSet>(&pods))
-        .run(reconcile, error_policy, context)
+        .run(
+            |set, ctx| super::workload::guarded("statefulset", reconcile(set, ctx)),
+            error_policy,
+            context,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "statefulset reconcile failed");

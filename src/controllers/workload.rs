@@ -304,6 +304,23 @@ pub fn is_running_and_ready<P: PodParts + ?Sized>(pod: &P) -> bool {
 #[error("{0:#}")]
 pub struct ReconcileError(#[from] pub anyhow::Error);
 
+/// Runs one reconcile. A panic inside it fails that reconcile only: it is logged (by the
+/// panic hook) and counted, and the controller's error policy retries the object with its
+/// backoff while every other object goes on being reconciled.
+pub async fn guarded(
+    component: &'static str,
+    reconcile: impl std::future::Future<
+        Output = Result<kube::runtime::controller::Action, ReconcileError>,
+    >,
+) -> Result<kube::runtime::controller::Action, ReconcileError> {
+    match crate::panics::catch(component, reconcile).await {
+        Ok(result) => result,
+        Err(panic) => Err(ReconcileError(anyhow::anyhow!(
+            "the {component} reconcile panicked: {panic}"
+        ))),
+    }
+}
+
 /// Whether `labels` satisfy `selector` (matchLabels and matchExpressions). An empty
 /// selector matches nothing here, as workload controllers require a selector.
 pub fn selector_matches(

@@ -30,6 +30,9 @@ pub enum ApplyError {
         status: std::process::ExitStatus,
         stderr: String,
     },
+    /// The sync panicked (a bug, or input no check caught); it is retried like a failure.
+    #[error("the sync panicked: {0}")]
+    Panicked(String),
 }
 
 /// Where the commands run: this network namespace or a named one.

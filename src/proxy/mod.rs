@@ -133,7 +133,19 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
     loop {
         let delay = apply::next_sync_delay(last_sync, config.min_sync_interval, Instant::now());
         tokio::time::sleep(delay).await;
-        let ports = model::service_ports(&services.state(), &slices.state(), &config.node_name);
+        // A panic while rendering or applying fails this sync only (retried with the same
+        // backoff as a failed `nft -f`), never the node's proxy or the process.
+        let ports = match crate::panics::catch_sync("proxy", || {
+            model::service_ports(&services.state(), &slices.state(), &config.node_name)
+        }) {
+            Ok(ports) => ports,
+            Err(panic) => {
+                failures += 1;
+                tracing::error!(%panic, failures, "reading Services panicked; retrying");
+                tokio::time::sleep(Duration::from_secs(u64::from(failures.min(30)))).await;
+                continue;
+            }
+        };
         if syncer.options.cluster_cidrs.is_empty() {
             let learned = node_cidrs.lock().map(|c| c.clone()).unwrap_or_default();
             if let Some(cidrs) = learned {
@@ -145,7 +157,10 @@ pub async fn run(client: kube::Client, config: Config) -> anyhow::Result<()> {
             }
         }
         last_sync = Some(Instant::now());
-        match syncer.sync(&ports, force_full).await {
+        let synced = crate::panics::catch("proxy", syncer.sync(&ports, force_full))
+            .await
+            .unwrap_or_else(|panic| Err(apply::ApplyError::Panicked(panic)));
+        match synced {
             Ok(kind) => {
                 failures = 0;
                 force_full = false;

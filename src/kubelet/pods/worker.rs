@@ -290,7 +290,14 @@ impl Worker {
                         self.timings = Some(timings);
                     }
                     first_sync = false;
-                    if let Err(e) = self.sync(&pod).await {
+                    // A panic in a sync fails that sync (retried like an error), not the
+                    // pod's worker or the kubelet.
+                    let synced = crate::panics::catch("kubelet-pod-worker", self.sync(&pod))
+                        .await
+                        .unwrap_or_else(|panic| {
+                            Err(anyhow::anyhow!("the pod sync panicked: {panic}"))
+                        });
+                    if let Err(e) = synced {
                         tracing::warn!(pod = %pod_desc(&pod), error = %e, "pod sync failed");
                         self.wake_within(Duration::from_secs(2));
                     }
