@@ -25,6 +25,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use super::cmd;
 use super::{FlannelBackend, NetworkOptions};
 use crate::cli::Cidr;
+use crate::skip::warn_once;
 
 /// The routing protocol number k3rs marks its routes with (`ip route … proto 76`): how this
 /// controller tells its routes from everyone else's.
@@ -155,7 +156,46 @@ pub struct Peer {
     /// Its InternalIP (host-gw's gateway), or the `public-ip` annotation for vxlan.
     pub ip: Ipv4Addr,
     /// Its VTEP MAC from `backend-data` (vxlan only).
-    pub vtep_mac: Option<String>,
+    pub vtep_mac: Option<MacAddr>,
+}
+
+/// A unicast Ethernet address, parsed from another node's `backend-data` annotation before it
+/// reaches an `ip`/`bridge` batch: six bytes, so what is rendered is always `xx:xx:xx:xx:xx:xx`
+/// whatever the annotation held (any node's agent, or anyone who may patch Nodes, writes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MacAddr(pub [u8; 6]);
+
+impl std::str::FromStr for MacAddr {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<MacAddr, String> {
+        let mut bytes = [0u8; 6];
+        let mut parts = text.split(':');
+        for byte in &mut bytes {
+            let part = parts.next().ok_or("too few octets")?;
+            if part.len() != 2 || !part.bytes().all(|c| c.is_ascii_hexdigit()) {
+                return Err(format!("octet {part:?} is not two hex digits"));
+            }
+            *byte = u8::from_str_radix(part, 16).map_err(|e| e.to_string())?;
+        }
+        if parts.next().is_some() {
+            return Err("too many octets".into());
+        }
+        if bytes[0] & 1 == 1 {
+            return Err("a multicast address cannot be a VTEP".into());
+        }
+        if bytes == [0; 6] {
+            return Err("the zero address cannot be a VTEP".into());
+        }
+        Ok(MacAddr(bytes))
+    }
+}
+
+impl std::fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [a, b, c, d, e, g] = self.0;
+        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+    }
 }
 
 /// The IPv4 pod CIDR of a Node (`spec.podCIDRs`, else `spec.podCIDR`).
@@ -214,6 +254,16 @@ pub fn peers(nodes: &[&Node], own_name: &str, backend: FlannelBackend) -> Vec<Pe
                     {
                         return None;
                     }
+                    let vtep_mac = match data.vtep_mac.parse::<MacAddr>() {
+                        Ok(mac) => mac,
+                        Err(problem) => {
+                            warn_once(
+                                &format!("vtep/{name}/{}", data.vtep_mac),
+                                || tracing::warn!(node = %name, problem, "skipping a peer: its flannel VtepMAC is not a usable MAC address"),
+                            );
+                            return None;
+                        }
+                    };
                     let ip = annotation(ANNOTATION_PUBLIC_IP)
                         .and_then(|ip| ip.parse().ok())
                         .or_else(|| internal_ipv4(node))?;
@@ -221,7 +271,7 @@ pub fn peers(nodes: &[&Node], own_name: &str, backend: FlannelBackend) -> Vec<Pe
                         name,
                         pod_cidr,
                         ip,
-                        vtep_mac: Some(data.vtep_mac.to_ascii_lowercase()),
+                        vtep_mac: Some(vtep_mac),
                     })
                 }
                 FlannelBackend::None => None,
@@ -271,8 +321,8 @@ pub fn desired(backend: FlannelBackend, peers: &[Peer], underlay: &Underlay) -> 
                     dst,
                     format!("via {gw} dev {VXLAN_DEVICE} onlink proto {ROUTE_PROTO}"),
                 );
-                out.neighbours.insert(gw.to_string(), mac.clone());
-                out.fdb.insert(mac.clone(), peer.ip.to_string());
+                out.neighbours.insert(gw.to_string(), mac.to_string());
+                out.fdb.insert(mac.to_string(), peer.ip.to_string());
             }
             FlannelBackend::None => {}
         }
@@ -856,6 +906,69 @@ mod tests {
         );
         assert_eq!(want.neighbours["10.96.1.0"], "aa:bb:cc:00:11:22");
         assert_eq!(want.fdb["aa:bb:cc:00:11:22"], "10.97.1.21");
+    }
+
+    #[test]
+    fn a_peer_whose_vtep_mac_does_not_parse_is_skipped() {
+        let hostile = [
+            "aa:bb:cc:dd:ee:ff\nroute del default",
+            "aa:bb:cc:dd:ee:ff dev lo",
+            "aa:bb:cc:dd:ee",
+            "aa:bb:cc:dd:ee:ff:00",
+            "ff:ff:ff:ff:ff:ff",
+            "00:00:00:00:00:00",
+            "éé:bb:cc:dd:ee:ff",
+            "+a:bb:cc:dd:ee:ff",
+        ];
+        let long = "a".repeat(10_000);
+        for mac in hostile.iter().copied().chain([long.as_str()]) {
+            let data = serde_json::json!({"VNI": 1, "VtepMAC": mac}).to_string();
+            let nodes = [
+                node("me", Some("10.96.0.0/24"), "10.97.1.10", &[]),
+                node(
+                    "evil",
+                    Some("10.96.1.0/24"),
+                    "10.97.1.11",
+                    &[
+                        (ANNOTATION_BACKEND_DATA, data.as_str()),
+                        (ANNOTATION_BACKEND_TYPE, "vxlan"),
+                    ],
+                ),
+                node(
+                    "good",
+                    Some("10.96.2.0/24"),
+                    "10.97.1.12",
+                    &[
+                        (
+                            ANNOTATION_BACKEND_DATA,
+                            r#"{"VNI":1,"VtepMAC":"02:00:00:00:00:01"}"#,
+                        ),
+                        (ANNOTATION_BACKEND_TYPE, "vxlan"),
+                    ],
+                ),
+            ];
+            let refs: Vec<&Node> = nodes.iter().collect();
+            let peers = peers(&refs, "me", FlannelBackend::Vxlan);
+            assert_eq!(peers.len(), 1, "{mac:?}");
+            assert_eq!(peers[0].name, "good");
+            let (ip, bridge) = plan(
+                &desired(FlannelBackend::Vxlan, &peers, &underlay()),
+                &Current::default(),
+            );
+            for line in ip.iter().chain(&bridge) {
+                assert!(
+                    line.bytes()
+                        .all(|c| c.is_ascii_alphanumeric() || b" .:/-".contains(&c)),
+                    "{line:?}"
+                );
+            }
+        }
+        assert_eq!(
+            "AA:bb:0C:00:11:22"
+                .parse::<MacAddr>()
+                .map(|m| m.to_string()),
+            Ok("aa:bb:0c:00:11:22".to_string())
+        );
     }
 
     #[test]

@@ -131,6 +131,21 @@ fn parse_ips<'a>(values: impl IntoIterator<Item = &'a String>) -> Vec<IpAddr> {
     ips
 }
 
+/// Logs (once per Service port and reason) that a port is left out of the rules.
+fn skip_warning(namespace: &str, name: &str, port_name: &str, problem: &str) {
+    crate::skip::warn_once(
+        &format!("proxy/{namespace}/{name}/{port_name}/{problem}"),
+        || {
+            tracing::warn!(
+                service = %format!("{namespace}/{name}"),
+                port = %crate::names::go_quote(&port_name.chars().take(64).collect::<String>()),
+                problem,
+                "skipping a Service port that kube's validation would refuse"
+            )
+        },
+    );
+}
+
 /// Flattens Services and their EndpointSlices into service ports. Headless and
 /// ExternalName Services are skipped (the proxy has nothing to do for them).
 /// `node_name` decides which endpoints are local. Takes the objects or the informer
@@ -171,6 +186,16 @@ pub fn service_ports<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
         if spec.type_.as_deref() == Some("ExternalName") {
             continue;
         }
+        // Names end up in chain names and logs: a Service that kube's validation would
+        // have refused (written past it, or stored before k3rs validated) is skipped.
+        if let Some(problem) = crate::names::dns1123_label(ns)
+            .into_iter()
+            .chain(crate::names::dns1035_label(name))
+            .next()
+        {
+            skip_warning(ns, name, "", &problem);
+            continue;
+        }
         let mut cluster_ips = parse_ips(spec.cluster_ips.iter().flatten());
         if cluster_ips.is_empty() {
             cluster_ips = parse_ips(spec.cluster_ip.iter());
@@ -203,13 +228,25 @@ pub fn service_ports<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
             .map(Vec::as_slice)
             .unwrap_or_default();
         for port in spec.ports.iter().flatten() {
-            let Some(protocol) = Protocol::parse(port.protocol.as_deref()) else {
-                continue;
-            };
-            let Ok(service_port) = u16::try_from(port.port) else {
-                continue;
-            };
             let port_name = port.name.clone().unwrap_or_default();
+            if let Some(problem) = (!port_name.is_empty())
+                // kube validates Service port names as DNS-1123 labels.
+                .then(|| crate::names::dns1123_label(&port_name))
+                .into_iter()
+                .flatten()
+                .next()
+            {
+                skip_warning(ns, name, &port_name, &format!("port name: {problem}"));
+                continue;
+            }
+            let Some(protocol) = Protocol::parse(port.protocol.as_deref()) else {
+                skip_warning(ns, name, &port_name, "protocol is not TCP, UDP or SCTP");
+                continue;
+            };
+            let Some(service_port) = u16::try_from(port.port).ok().filter(|p| *p > 0) else {
+                skip_warning(ns, name, &port_name, "port is not in 1-65535");
+                continue;
+            };
             let node_port = port
                 .node_port
                 .and_then(|p| u16::try_from(p).ok())
@@ -417,5 +454,34 @@ mod tests {
         }));
         let no_slices: &[EndpointSlice] = &[];
         assert!(service_ports(&[headless, external], no_slices, "me").is_empty());
+    }
+
+    #[test]
+    fn ports_and_services_kube_would_refuse_are_skipped_and_the_rest_kept() {
+        let long = "é".repeat(150);
+        let svc = service(json!({
+            "metadata": {"namespace": "ns", "name": "web"},
+            "spec": {"clusterIP": "10.43.0.9", "ports": [
+                {"name": "http", "port": 80},
+                {"name": long, "port": 81},
+                {"name": "a;b", "port": 82},
+                {"name": "Web_1", "port": 83},
+                {"name": "ok", "port": 84, "protocol": "ICMP"},
+                {"name": "zero", "port": 0},
+                {"name": "a-port-name-longer-than-15", "port": 85},
+            ]}
+        }));
+        let bad_name = service(json!({
+            "metadata": {"namespace": "ns", "name": "Bad}Name"},
+            "spec": {"clusterIP": "10.43.0.10", "ports": [{"port": 80}]}
+        }));
+        let bad_namespace = service(json!({
+            "metadata": {"namespace": "n s", "name": "x"},
+            "spec": {"clusterIP": "10.43.0.11", "ports": [{"port": 80}]}
+        }));
+        let no_slices: &[EndpointSlice] = &[];
+        let ports = service_ports(&[svc, bad_name, bad_namespace], no_slices, "me");
+        let names: Vec<&str> = ports.iter().map(|p| p.port_name.as_str()).collect();
+        assert_eq!(names, vec!["a-port-name-longer-than-15", "http"]);
     }
 }

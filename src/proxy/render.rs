@@ -239,11 +239,29 @@ fn picks_from_shared_map(port: &ServicePort, endpoints: &[&Endpoint]) -> bool {
         && endpoints.iter().all(|e| e.port == endpoints[0].port)
 }
 
-/// nft names may be at most 256 bytes; keep them readable but bounded.
+/// The longest chain name we write (nft allows 256 bytes).
+const MAX_CHAIN_NAME: usize = 200;
+
+/// A chain's name: its unique handle (`service-<hash of id>`), then the id for people
+/// reading `nft list ruleset`. The readable part is reduced to what nft's identifier
+/// grammar takes unquoted (ASCII letters, digits, `/`, `_`, `.`, `-`), so no byte of an
+/// object's fields can end the name, open a block or start a statement, and it is cut
+/// at a byte count on ASCII only; the handle keeps names unique whatever is cut or
+/// replaced.
 fn chain_name(prefix: &str, id: &str) -> String {
-    let mut name = format!("{}-{id}", handle(prefix, id));
-    if name.len() > 200 {
-        name.truncate(200);
+    let mut name = handle(prefix, id);
+    name.push('-');
+    for c in id.chars() {
+        if name.len() >= MAX_CHAIN_NAME {
+            break;
+        }
+        name.push(
+            if c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            },
+        );
     }
     name
 }

@@ -525,3 +525,54 @@ fn generated_rulesets_are_accepted_by_nft() {
     let edited = render(Family::V4, &edited, &opts);
     nft_check(&format!("{}{}", v4.full_text(), edited.diff_text(&v4)));
 }
+
+/// Names are object fields: even ones that bypassed validation render into names nft
+/// accepts, with none of their syntax, and one hostile port does not spoil the script for
+/// the others (the kernel checks it).
+#[test]
+fn hostile_names_cannot_reach_the_script() {
+    let hostile = [
+        "web\n}\ntable ip evil {",
+        "a;b",
+        "quote\"d",
+        "{}",
+        "sp ace",
+        "tab\tname",
+        "#comment",
+        "$var",
+        "@set",
+    ];
+    let long_multibyte = "é".repeat(150);
+    let long = "x".repeat(10_000);
+    let mut ports = vec![port("good", vec![endpoint("10.42.0.5", true)])];
+    for (i, name) in hostile
+        .iter()
+        .copied()
+        .chain([long_multibyte.as_str(), long.as_str()])
+        .enumerate()
+    {
+        let mut p = port(
+            "bad",
+            vec![endpoint("10.42.0.6", true), endpoint("10.42.0.7", true)],
+        );
+        p.port_name = name.to_string();
+        p.namespace = name.to_string();
+        p.port = 1000 + i as u16;
+        p.affinity_timeout = (i % 2 == 0).then_some(30);
+        ports.push(p);
+    }
+    let mut opts = options();
+    opts.table = format!("k3rs-unit-hostile-{}", std::process::id());
+    let v4 = render(Family::V4, &ports, &opts);
+    let text = v4.full_text();
+    for name in v4.chains.keys().chain(v4.sets.keys()) {
+        assert!(name.len() <= 200, "{name}");
+        assert!(
+            name.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"/_.-".contains(&c)),
+            "{name:?}"
+        );
+    }
+    assert!(!text.contains("table ip evil") && !text.contains('é') && !text.contains('$'));
+    nft_check(&text);
+}
