@@ -267,6 +267,53 @@ fn save_ls_delete_prune_and_admin_only() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid snapshot name"));
 
+    // The endpoint works only in the configured directory: a request naming another one
+    // is refused, and nothing there is touched (a delete once removed any file it named).
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("mkdir");
+    let victim = elsewhere.join("victim");
+    std::fs::write(&victim, b"keep me").expect("write");
+    let elsewhere_arg = elsewhere.display().to_string();
+    for args in [
+        vec!["delete", "--dir", elsewhere_arg.as_str(), "victim"],
+        vec!["save", "--dir", elsewhere_arg.as_str()],
+        vec!["ls", "--dir", elsewhere_arg.as_str()],
+        vec![
+            "prune",
+            "--dir",
+            elsewhere_arg.as_str(),
+            "--snapshot-retention",
+            "1",
+        ],
+    ] {
+        let out = node.snapshot(&args);
+        assert!(!out.status.success(), "{args:?} must be refused");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("is not this server's --etcd-snapshot-dir"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(std::fs::read(&victim).expect("victim kept"), b"keep me");
+    assert_eq!(std::fs::read_dir(&elsewhere).expect("ls").count(), 1);
+    // Naming the configured directory itself is fine (the CLI may send its --dir).
+    let own_dir = node.snapshot_dir().display().to_string();
+    node.snapshot_ok(&["ls", "--dir", &own_dir]);
+    // A per-request S3 location is refused when the server has none.
+    let out = node.snapshot(&[
+        "save",
+        "--s3",
+        "--s3-endpoint=127.0.0.1:9",
+        "--s3-bucket=b",
+        "--s3-insecure",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("this server has no S3 snapshot storage"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // prune keeps the newest N of on-demand-<node>-*.
     for _ in 0..3 {
         std::thread::sleep(Duration::from_millis(1100));
@@ -606,17 +653,43 @@ fn s3_round_trip_with_retention_and_a_failed_upload() {
         .find(|n| n.starts_with("ondemand-"))
         .expect("on-demand snapshot");
 
-    // A failed upload (no such bucket) reports the error and keeps the local file.
-    let mut bad: Vec<String> = cli_s3.clone();
-    for f in bad.iter_mut() {
+    // Another bucket than the server's is refused before anything is written.
+    let mut other: Vec<String> = cli_s3.clone();
+    for f in other.iter_mut() {
         if f.starts_with("--s3-bucket=") {
             *f = "--s3-bucket=no-such-bucket".into();
         }
     }
     std::thread::sleep(Duration::from_millis(1100));
-    let mut args: Vec<&str> = vec!["save", "--name", "failing"];
-    args.extend(bad.iter().map(String::as_str));
+    let mut args: Vec<&str> = vec!["save", "--name", "elsewhere"];
+    args.extend(other.iter().map(String::as_str));
     let out = node.snapshot(&args);
+    assert!(!out.status.success(), "another bucket is refused");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is not this server's snapshot bucket"),
+        "{err}"
+    );
+    assert!(
+        !names(&node.list_json(&[]))
+            .iter()
+            .any(|n| n.starts_with("elsewhere-")),
+        "nothing saved for a refused request"
+    );
+
+    // A failed upload (the server's bucket is missing) reports the error and keeps the
+    // local file.
+    node.stop();
+    let mut missing: Vec<String> = s3_flags.clone();
+    for f in missing.iter_mut() {
+        if f.starts_with("--etcd-s3-bucket=") {
+            *f = "--etcd-s3-bucket=no-such-bucket".into();
+        }
+    }
+    let mut missing_args: Vec<&str> = missing.iter().map(String::as_str).collect();
+    missing_args.push("--etcd-disable-snapshots");
+    node.spawn(&missing_args, &[]);
+    let out = node.snapshot(&["save", "--name", "failing"]);
     assert!(!out.status.success(), "a failed upload is an error");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -629,6 +702,8 @@ fn s3_round_trip_with_retention_and_a_failed_upload() {
             .any(|n| n.starts_with("failing-node-a-")),
         "the local snapshot survives the failed upload"
     );
+    node.stop();
+    node.spawn(&quiet, &[]);
 
     // Restore from S3 by name after the local copy is gone.
     node.create_configmap("cm-after-s3");

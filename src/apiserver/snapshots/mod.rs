@@ -192,16 +192,57 @@ impl SnapshotManager {
         &self.settings
     }
 
-    fn dir(&self, options: &SnapshotOptions) -> PathBuf {
-        options
-            .dir
-            .as_deref()
-            .filter(|d| !d.is_empty())
-            .map_or_else(|| self.settings.dir.clone(), PathBuf::from)
+    /// The snapshot directory a request works in: always the configured one. A request
+    /// may name it (the CLI sends its `--dir`), but not another: an admin endpoint that
+    /// wrote, listed or deleted in any directory a caller named would let one request
+    /// remove any regular file of the host (k3s, too, uses the server's configuration).
+    fn dir(&self, options: &SnapshotOptions) -> Result<PathBuf, SnapshotError> {
+        let configured = &self.settings.dir;
+        match options.dir.as_deref().filter(|d| !d.is_empty()) {
+            None => Ok(configured.clone()),
+            Some(asked) if same_dir(Path::new(asked), configured) => Ok(configured.clone()),
+            Some(asked) => Err(SnapshotError::Invalid(format!(
+                "snapshot directory {asked:?} is not this server's --etcd-snapshot-dir ({}): \
+                 snapshots are saved, listed and deleted only there",
+                configured.display()
+            ))),
+        }
     }
 
+    /// The S3 location a request works with: the server's configured bucket, with the
+    /// server's credentials. A request may repeat it (the CLI sends its `--s3-*` flags) but
+    /// not name another endpoint, bucket or folder, nor turn S3 on when the server has none.
     fn s3(&self, options: &SnapshotOptions) -> Result<Option<S3Client>, SnapshotError> {
-        match options.s3.as_ref().or(self.settings.s3.as_ref()) {
+        let config = match (options.s3.as_ref(), self.settings.s3.as_ref()) {
+            (None, configured) => configured,
+            (Some(asked), Some(configured))
+                if asked.endpoint == configured.endpoint
+                    && asked.bucket == configured.bucket
+                    && asked.folder.trim_matches('/') == configured.folder.trim_matches('/') =>
+            {
+                Some(configured)
+            }
+            (Some(asked), Some(configured)) => {
+                return Err(SnapshotError::Invalid(format!(
+                    "S3 bucket {:?} at {:?} (folder {:?}) is not this server's snapshot \
+                     bucket ({:?} at {:?}, folder {:?}): configure --etcd-s3-* on the server",
+                    asked.bucket,
+                    asked.endpoint,
+                    asked.folder,
+                    configured.bucket,
+                    configured.endpoint,
+                    configured.folder
+                )));
+            }
+            (Some(asked), None) => {
+                return Err(SnapshotError::Invalid(format!(
+                    "S3 bucket {:?} at {:?}: this server has no S3 snapshot storage; \
+                     configure --etcd-s3-* on the server",
+                    asked.bucket, asked.endpoint
+                )));
+            }
+        };
+        match config {
             Some(config) => S3Client::new(config)
                 .map(Some)
                 .map_err(|e| SnapshotError::Invalid(e.to_string())),
@@ -226,7 +267,7 @@ impl SnapshotManager {
         let options = &request.options;
         let s3 = self.s3(options)?;
         let compress = options.compress.unwrap_or(self.settings.compress);
-        let dir = self.dir(options);
+        let dir = self.dir(options)?;
         create_private_dir(&dir)?;
         create_private_dir(&dir.join(".metadata"))?;
         let now = jiff::Timestamp::now();
@@ -326,7 +367,7 @@ impl SnapshotManager {
 
     /// Every snapshot, local and (when configured) on S3, oldest first.
     pub async fn list(&self, options: &SnapshotOptions) -> Result<SnapshotResult, SnapshotError> {
-        let dir = self.dir(options);
+        let dir = self.dir(options)?;
         let mut result = SnapshotResult {
             items: list_local(&dir)?,
             s3_errors: Vec::new(),
@@ -354,7 +395,7 @@ impl SnapshotManager {
         for name in &request.names {
             check_file_name(name)?;
         }
-        let dir = self.dir(&request.options);
+        let dir = self.dir(&request.options)?;
         let s3 = self.s3(&request.options)?;
         let local = list_local(&dir)?;
         let remote = match &s3 {
@@ -413,7 +454,7 @@ impl SnapshotManager {
             .unwrap_or_else(|| "on-demand".to_string());
         check_base_name(&base)?;
         let prefix = format!("{base}-{}-", self.settings.node_name);
-        let dir = self.dir(&request.options);
+        let dir = self.dir(&request.options)?;
         let mut result = SnapshotResult {
             items: prune_local(&dir, &prefix, request.retention)?,
             s3_errors: Vec::new(),
@@ -584,6 +625,13 @@ async fn serve_inner(
     let result = result.map_err(SnapshotError::into_api)?;
     let body = serde_json::to_vec(&result).unwrap_or_default();
     Ok(super::handlers::json_response(StatusCode::OK, body))
+}
+
+/// Whether two paths name the same directory (both resolved when they exist, so a
+/// symlink or `..` cannot smuggle in another one).
+fn same_dir(asked: &Path, configured: &Path) -> bool {
+    let resolve = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    asked.is_absolute() && resolve(asked) == resolve(configured)
 }
 
 fn check_base_name(name: &str) -> Result<(), SnapshotError> {
