@@ -37,7 +37,7 @@ impl ListKeys for SchemaKeys {
     }
 }
 
-fn keys_for(info: &ResourceInfo) -> Box<dyn ListKeys + Send + Sync> {
+pub fn keys_for(info: &ResourceInfo) -> Box<dyn ListKeys + Send + Sync> {
     match (!info.custom)
         .then(|| patch::builtin_schema(&info.group, &info.kind))
         .flatten()
