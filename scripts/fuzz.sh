@@ -4,6 +4,8 @@
 # grow fuzz/corpus/<target>/ in place; a crash stops that target and leaves its input in
 # fuzz/artifacts/<target>/ (then: fix it and copy the input to fuzz/regressions/<target>/).
 # Exits non-zero if any target crashed.
+# FUZZ_BUILD=dev builds the targets unoptimised (a much shorter build; CI uses it for its
+# 30-second runs), otherwise optimised.
 # Usage: sh scripts/fuzz.sh [SECONDS] [TARGET...]
 set -eu
 cd "$(dirname "$0")/../fuzz"
@@ -17,14 +19,19 @@ targets="$*"
 if [ -z "$targets" ]; then
     targets=$(cargo +nightly fuzz list)
 fi
+if [ "${FUZZ_BUILD:-release}" = dev ]; then
+    mode="--dev"
+else
+    mode="-O"
+fi
 # One build of every target first (the run below reuses it).
-cargo +nightly fuzz build -O --debug-assertions
+cargo +nightly fuzz build $mode --debug-assertions
 failed=""
 for target in $targets; do
     mkdir -p "corpus/$target"
     echo "== $target: ${seconds}s"
     # -rss_limit_mb: a parser that allocates without bound is a bug too.
-    if ! cargo +nightly fuzz run -O --debug-assertions "$target" "corpus/$target" -- \
+    if ! cargo +nightly fuzz run $mode --debug-assertions "$target" "corpus/$target" -- \
         -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 2>&1 \
         | grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+== ERROR|SUMMARY|Done)|panicked|Test unit written"; then
         :
