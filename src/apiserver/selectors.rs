@@ -32,6 +32,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use crate::names::go_quote;
+
 use serde_json::{Map, Value};
 
 // ---------------------------------------------------------------------------------------------
@@ -1156,59 +1158,6 @@ fn aggregate(errs: Vec<String>) -> String {
     } else {
         format!("[{}]", seen.join(", "))
     }
-}
-
-/// Approximation of Go's `unicode.IsPrint` (Go treats only ASCII space as printable
-/// whitespace, and format characters as non-printable).
-fn is_go_printable(c: char) -> bool {
-    if c == ' ' {
-        return true;
-    }
-    if c.is_control() || c.is_whitespace() {
-        return false;
-    }
-    !matches!(
-        u32::from(c),
-        0xAD | 0x600..=0x605
-            | 0x61C
-            | 0x6DD
-            | 0x70F
-            | 0x180E
-            | 0x200B..=0x200F
-            | 0x202A..=0x202E
-            | 0x2060..=0x206F
-            | 0xFEFF
-            | 0xFFF9..=0xFFFB
-            | 0xE000..=0xF8FF
-            | 0xF0000..=0x10FFFF
-    )
-}
-
-/// Go's `strconv.Quote` / `%q` for a string.
-fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if is_go_printable(c) => out.push(c),
-            c if u32::from(c) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\x{:02x}", u32::from(c)));
-            }
-            c if u32::from(c) < 0x10000 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => out.push_str(&format!("\\U{:08x}", u32::from(c))),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// Go's `encoding/json` encoding of a string (HTML-safe escaping included).
