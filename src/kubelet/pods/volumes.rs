@@ -329,6 +329,17 @@ fn downward_files(
     Ok(files)
 }
 
+/// A path made of plain components only: not empty, not absolute, no `.`/`..`/empty
+/// component, none starting with `..`, no NUL, at most 4096 bytes.
+fn is_clean_relative(rel: &str) -> bool {
+    !rel.is_empty()
+        && rel.len() <= 4096
+        && !rel.contains('\0')
+        && rel
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && !part.starts_with(".."))
+}
+
 /// What `..data` currently holds.
 fn current_files(data: &Path) -> Option<Files> {
     fn walk(base: &Path, dir: &Path, out: &mut Files) -> io::Result<()> {
@@ -358,6 +369,18 @@ fn current_files(data: &Path) -> Option<Files> {
 /// atomic rename of the `..data` symlink onto it, with each top-level name a symlink through
 /// `..data`. Returns whether anything changed.
 pub fn write_atomic(dir: &Path, files: &Files) -> io::Result<bool> {
+    // Keys and item paths come from objects: refuse any that would leave `dir` (absolute,
+    // `..`, empty or `.` components, NUL, names starting with `..` that would collide with
+    // the `..data` machinery) before anything is written, as kube's validation would have.
+    if let Some(bad) = files.keys().find(|rel| !is_clean_relative(rel)) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "volume file path {} is not a relative path inside the volume",
+                crate::names::go_quote(&bad.chars().take(128).collect::<String>())
+            ),
+        ));
+    }
     std::fs::create_dir_all(dir)?;
     let data_link = dir.join("..data");
     if data_link.exists() && current_files(&data_link).as_ref() == Some(files) {
@@ -557,6 +580,20 @@ mod tests {
             "unchanged"
         );
         assert!(write_atomic(&vol, &files(&[("a", "changed", 0o644)])).unwrap());
+        // Paths that would leave the volume are refused before anything is written.
+        for bad in [
+            "/etc/evil",
+            "../evil",
+            "a/../../evil",
+            "..data",
+            "a//b",
+            "./a",
+            "",
+        ] {
+            let err = write_atomic(&vol, &files(&[(bad, "x", 0o644)])).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{bad:?}");
+        }
+        assert_eq!(std::fs::read_to_string(vol.join("a")).unwrap(), "changed");
         assert_eq!(std::fs::read_to_string(vol.join("a")).unwrap(), "changed");
         assert!(!vol.join("sub").exists(), "removed keys disappear");
         assert!(!vol.join(&first).exists(), "old timestamp dir removed");
