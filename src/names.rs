@@ -350,6 +350,19 @@ pub fn cidr(value: &str) -> Vec<String> {
     }
 }
 
+/// apimachinery's `IsValidPathSegmentName`: a name that can be one segment of a URL path
+/// (RBAC object names, the names in object references).
+pub fn path_segment_name(name: &str) -> Vec<String> {
+    if name == "." || name == ".." {
+        return vec![format!("may not be '{name}'")];
+    }
+    ["/", "%"]
+        .iter()
+        .filter(|c| name.contains(**c))
+        .map(|c| format!("may not contain '{c}'"))
+        .collect()
+}
+
 /// A percentage string (`[0-9]+%`).
 pub fn percent(value: &str) -> Vec<String> {
     let ok = value

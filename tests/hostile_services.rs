@@ -66,16 +66,6 @@ impl Drop for Netns {
     }
 }
 
-async fn impersonating(server: &Server, user: &str) -> kube::Client {
-    let kubeconfig =
-        kube::config::Kubeconfig::read_from(&server.kubeconfig).expect("read kubeconfig");
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("kubeconfig");
-    config.auth_info.impersonate = Some(user.to_string());
-    kube::Client::try_from(config).expect("client")
-}
-
 fn service(name: &str, ports: Value, extra: Value) -> Service {
     let mut spec = json!({"ports": ports});
     if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
@@ -183,7 +173,7 @@ async fn hostile_services_are_refused_and_stored_ones_are_skipped() {
         )
         .await
         .expect("role binding");
-    let jane = impersonating(&server, "jane").await;
+    let jane = support::client_as(&server, "jane").await;
     let team: Api<Service> = Api::namespaced(jane.clone(), "team");
     // The binding takes effect a moment after its write.
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -125,23 +125,15 @@ fn dns1035_label(name: &str) -> Option<String> {
     (!ok).then(|| "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".into())
 }
 
-fn path_segment(name: &str) -> Option<String> {
-    if name == "." || name == ".." {
-        return Some(format!("may not be '{name}'"));
-    }
-    if name.contains('/') || name.contains('%') {
-        return Some("may not contain '/' or '%'".into());
-    }
-    None
-}
-
 /// Checks an object name as Kubernetes does for this resource; the message of the
 /// first failure.
 pub fn name_problem(info: &ResourceInfo, name: &str) -> Option<String> {
     match (info.group.as_str(), info.plural.as_str()) {
         ("", "namespaces") => dns1123_label(name),
         ("", "services") => dns1035_label(name),
-        ("rbac.authorization.k8s.io", _) => path_segment(name),
+        ("rbac.authorization.k8s.io", _) => {
+            crate::names::path_segment_name(name).into_iter().next()
+        }
         _ if info.custom => dns1123_subdomain(name),
         _ => dns1123_subdomain(name),
     }

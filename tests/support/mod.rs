@@ -213,6 +213,18 @@ pub async fn client_with_token(server: &Server, token: &str) -> kube::Client {
     kube::Client::try_from(config).expect("token client")
 }
 
+/// An admin client for `server` that impersonates `user` (`kubectl --as`): requests are
+/// authorized as that user's own rights.
+pub async fn client_as(server: &Server, user: &str) -> kube::Client {
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(&server.kubeconfig).expect("read kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("kubeconfig");
+    config.auth_info.impersonate = Some(user.to_string());
+    kube::Client::try_from(config).expect("impersonating client")
+}
+
 /// Every installed kubectl version (1.27 ... 1.33); fails loudly if none is present.
 pub fn kubectls() -> Vec<PathBuf> {
     let dir = Path::new("/usr/lib/google-cloud-sdk/bin");

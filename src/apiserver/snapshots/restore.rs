@@ -88,8 +88,7 @@ async fn restore_inner(
     // Everything below the lock: nothing in the store directory changes until the
     // snapshot has been verified.
     let _lock = lock_store_dir(&options.store_dir)?;
-    let info = store::inspect_snapshot(&snapshot_file)
-        .map_err(|e| SnapshotError::Invalid(format!("refusing to restore {source}: {e}")))?;
+    let info = verify(&snapshot_file, &source)?;
     let old_database = move_aside(&options.store_dir)?;
     drop(_lock);
     let restored = store::restore_snapshot(&snapshot_file, &options.store_dir, 1)
@@ -108,6 +107,13 @@ async fn restore_inner(
 }
 
 /// A snapshot of the current database (for `--cluster-reset` without a path).
+/// Checks a snapshot file (one `source` names) before anything is restored from it: the
+/// store's format and integrity checks. Also the snapshot-reader fuzz target's entry.
+pub fn verify(snapshot_file: &Path, source: &str) -> Result<store::SnapshotInfo, SnapshotError> {
+    store::inspect_snapshot(snapshot_file)
+        .map_err(|e| SnapshotError::Invalid(format!("refusing to restore {source}: {e}")))
+}
+
 async fn current_state(options: &RestoreOptions, staging: &Path) -> Result<PathBuf, SnapshotError> {
     if !options.store_dir.join(DB_FILE_NAME).exists() {
         return Err(SnapshotError::NotFound(format!(

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::field::{self, Bad, ErrorList, Path};
 use super::meta::{self, IMMUTABLE, same_map, str_of, string_list};
 use super::names;
-use super::service::{int_of, validate_protocol};
+use super::service::validate_port_protocol;
 
 /// kube's `MaxSecretSize`, also the ConfigMap limit.
 const MAX_SECRET_SIZE: usize = 1024 * 1024;
@@ -155,20 +155,7 @@ fn validate_endpoints(endpoints: &Value, errs: &mut ErrorList) {
                     names::dns1123_label(name),
                 ));
             }
-            let number = int_of(port.get("port"));
-            errs.extend(meta::invalid_int_each(
-                &path.child("port"),
-                number,
-                names::port_number(number),
-            ));
-            validate_protocol(port.get("protocol"), &path.child("protocol"), errs);
-            if let Some(app) = port.get("appProtocol").and_then(Value::as_str) {
-                errs.extend(field::invalid_each(
-                    &path.child("appProtocol"),
-                    app,
-                    names::qualified_name(app),
-                ));
-            }
+            validate_port_protocol(port, &path, errs);
         }
     }
 }
@@ -539,7 +526,7 @@ fn is_v6(ip: IpAddr) -> bool {
 // ---------------------------------------------------------------- PersistentVolumeClaim
 
 fn validate_pvc(pvc: &Value, old: Option<&Value>, errs: &mut ErrorList) {
-    let spec = pvc.get("spec").cloned().unwrap_or(Value::Null);
+    let spec = pvc.get("spec").unwrap_or(&Value::Null);
     let spec_path = Path::new("spec");
     let modes = string_list(spec.get("accessModes"));
     if modes.is_empty() {
@@ -571,23 +558,7 @@ fn validate_pvc(pvc: &Value, old: Option<&Value>, errs: &mut ErrorList) {
             }
         }
     }
-    let class = str_of(spec.get("storageClassName"));
-    if !class.is_empty() {
-        errs.extend(field::invalid_each(
-            &spec_path.child("storageClassName"),
-            class,
-            names::dns1123_subdomain(class),
-        ));
-    }
-    if let Some(mode) = spec.get("volumeMode").filter(|v| !v.is_null())
-        && !mode.as_str().is_some_and(|m| VOLUME_MODES.contains(&m))
-    {
-        errs.push(field::not_supported(
-            &spec_path.child("volumeMode"),
-            mode,
-            &VOLUME_MODES,
-        ));
-    }
+    validate_class_and_volume_mode(spec, &spec_path, errs);
     for key in ["dataSource", "dataSourceRef"] {
         if let Some(source) = spec.get(key).filter(|v| v.is_object()) {
             validate_data_source(source, key == "dataSourceRef", &spec_path.child(key), errs);
@@ -621,6 +592,27 @@ fn validate_pvc(pvc: &Value, old: Option<&Value>, errs: &mut ErrorList) {
     validate_pvc_update(pvc, old, errs);
 }
 
+/// `storageClassName` (a DNS subdomain when set) and `volumeMode`, as PVs and PVCs share them.
+fn validate_class_and_volume_mode(spec: &Value, spec_path: &Path, errs: &mut ErrorList) {
+    let class = str_of(spec.get("storageClassName"));
+    if !class.is_empty() {
+        errs.extend(field::invalid_each(
+            &spec_path.child("storageClassName"),
+            class,
+            names::dns1123_subdomain(class),
+        ));
+    }
+    if let Some(mode) = spec.get("volumeMode").filter(|v| !v.is_null())
+        && !mode.as_str().is_some_and(|m| VOLUME_MODES.contains(&m))
+    {
+        errs.push(field::not_supported(
+            &spec_path.child("volumeMode"),
+            mode,
+            &VOLUME_MODES,
+        ));
+    }
+}
+
 fn validate_pvc_update(pvc: &Value, old: &Value, errs: &mut ErrorList) {
     let mut new_spec = pvc.get("spec").cloned().unwrap_or(json!({}));
     let mut old_spec = old.get("spec").cloned().unwrap_or(json!({}));
@@ -635,13 +627,13 @@ fn validate_pvc_update(pvc: &Value, old: &Value, errs: &mut ErrorList) {
         }
     }
     // The volume name may be set once (binding).
-    if str_of(old_spec.get("volumeName")).is_empty() {
-        old_spec["volumeName"] = new_spec.get("volumeName").cloned().unwrap_or(Value::Null);
-        if old_spec["volumeName"].is_null()
-            && let Some(m) = old_spec.as_object_mut()
-        {
-            m.remove("volumeName");
-        }
+    if str_of(old_spec.get("volumeName")).is_empty()
+        && let Some(m) = old_spec.as_object_mut()
+    {
+        match new_spec.get("volumeName").filter(|v| !v.is_null()) {
+            Some(name) => m.insert("volumeName".into(), name.clone()),
+            None => m.remove("volumeName"),
+        };
     }
     // A class may be set where there was none, when it matches the beta annotation.
     let annotation = |o: &Value| {
@@ -851,7 +843,7 @@ const PV_SOURCES: [&str; 22] = [
 ];
 
 fn validate_pv(pv: &Value, old: Option<&Value>, errs: &mut ErrorList) {
-    let spec = pv.get("spec").cloned().unwrap_or(Value::Null);
+    let spec = pv.get("spec").unwrap_or(&Value::Null);
     let spec_path = Path::new("spec");
     let modes = string_list(spec.get("accessModes"));
     if modes.is_empty() {
@@ -1002,23 +994,7 @@ fn validate_pv(pv: &Value, old: Option<&Value>, errs: &mut ErrorList) {
             "may not be 'recycle' for a hostPath mount of '/'",
         ));
     }
-    let class = str_of(spec.get("storageClassName"));
-    if !class.is_empty() {
-        errs.extend(field::invalid_each(
-            &spec_path.child("storageClassName"),
-            class,
-            names::dns1123_subdomain(class),
-        ));
-    }
-    if let Some(mode) = spec.get("volumeMode").filter(|v| !v.is_null())
-        && !mode.as_str().is_some_and(|m| VOLUME_MODES.contains(&m))
-    {
-        errs.push(field::not_supported(
-            &spec_path.child("volumeMode"),
-            mode,
-            &VOLUME_MODES,
-        ));
-    }
+    validate_class_and_volume_mode(spec, &spec_path, errs);
 
     let Some(old) = old else {
         return;
@@ -1107,10 +1083,10 @@ fn ga_labels(affinity: &Value) -> Value {
                 .get_mut("matchExpressions")
                 .and_then(Value::as_array_mut)
             {
-                for expr in exprs {
+                for expr in exprs.iter_mut().filter_map(Value::as_object_mut) {
                     let key = str_of(expr.get("key")).to_string();
                     if let Some((_, ga)) = BETA_TO_GA.iter().find(|(beta, _)| *beta == key) {
-                        expr["key"] = json!(ga);
+                        expr.insert("key".into(), json!(ga));
                     }
                 }
             }

@@ -746,22 +746,10 @@ fn validate_local_reference(reference: &Value, path: &Path, errs: &mut ErrorList
             errs.extend(field::invalid_each(
                 &path.child(key),
                 value,
-                path_segment_name(value),
+                names::path_segment_name(value),
             ));
         }
     }
-}
-
-/// apimachinery's `IsValidPathSegmentName`.
-fn path_segment_name(name: &str) -> Vec<String> {
-    if name == "." || name == ".." {
-        return vec![format!("may not be '{name}'")];
-    }
-    ["/", "%"]
-        .iter()
-        .filter(|c| name.contains(**c))
-        .map(|c| format!("may not contain '{c}'"))
-        .collect()
 }
 
 // ---------------------------------------------------------------- IngressClass
@@ -788,25 +776,7 @@ fn validate_ingress_class(class: &Value, old: Option<&Value>, errs: &mut ErrorLi
         return;
     };
     let path = spec_path.child("parameters");
-    if let Some(group) = params.get("apiGroup").and_then(Value::as_str) {
-        errs.extend(field::invalid_each(
-            &path.child("apiGroup"),
-            group,
-            names::dns1123_subdomain(group),
-        ));
-    }
-    for key in ["kind", "name"] {
-        let value = str_of(params.get(key));
-        if value.is_empty() {
-            errs.push(field::required(&path.child(key), ""));
-        } else {
-            errs.extend(field::invalid_each(
-                &path.child(key),
-                value,
-                path_segment_name(value),
-            ));
-        }
-    }
+    validate_local_reference(params, &path, errs);
     let Some(scope) = params.get("scope").filter(|v| !v.is_null()) else {
         errs.push(field::required(&path.child("scope"), ""));
         return;

@@ -131,7 +131,7 @@ fn validate_binding(binding: &Value, old: Option<&Value>, namespaced: bool, errs
         errs.extend(field::invalid_each(
             &ref_path.child("name"),
             name,
-            path_segment_name(name),
+            names::path_segment_name(name),
         ));
     }
     let subjects = binding.get("subjects").and_then(Value::as_array);
@@ -210,16 +210,4 @@ fn validate_subject(subject: &Value, namespaced: bool, path: &Path, errs: &mut E
             &["ServiceAccount", "User", "Group"],
         )),
     }
-}
-
-/// apimachinery's `IsValidPathSegmentName` (rbac's minimal name rule).
-fn path_segment_name(name: &str) -> Vec<String> {
-    if name == "." || name == ".." {
-        return vec![format!("may not be '{name}'")];
-    }
-    ["/", "%"]
-        .iter()
-        .filter(|c| name.contains(**c))
-        .map(|c| format!("may not contain '{c}'"))
-        .collect()
 }

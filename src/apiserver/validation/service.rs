@@ -59,8 +59,14 @@ pub fn validate_service(new: &Value, old: Option<&Value>, errs: &mut ErrorList) 
 /// (`dropTypeDependentFields`).
 fn effective(new: &Value, old: Option<&Value>) -> Value {
     let mut svc = new.clone();
+    // Every write below indexes `spec`: make it an object (a decoded Service's always is).
+    if let Some(map) = svc.as_object_mut()
+        && !map.get("spec").is_some_and(Value::is_object)
+    {
+        map.insert("spec".into(), json!({}));
+    }
     if !svc.get("spec").is_some_and(Value::is_object) {
-        svc["spec"] = json!({});
+        return svc;
     }
     match old {
         None => {
@@ -171,7 +177,7 @@ fn patch_allocated_values(old: &Value, svc: &mut Value) {
             .filter(|n| *n != 0 && old_ports.iter().any(|(_, o)| o == n))
             .collect();
         if let Some(ports) = svc.pointer_mut("/spec/ports").and_then(Value::as_array_mut) {
-            for port in ports.iter_mut() {
+            for port in ports.iter_mut().filter_map(Value::as_object_mut) {
                 if int_of(port.get("nodePort")) != 0 {
                     continue;
                 }
@@ -180,7 +186,7 @@ fn patch_allocated_values(old: &Value, svc: &mut Value) {
                     && *n != 0
                     && !used.contains(n)
                 {
-                    port["nodePort"] = json!(n);
+                    port.insert("nodePort".into(), json!(n));
                 }
             }
         }
@@ -520,6 +526,13 @@ fn validate_port<'a>(
             names_seen.push(name);
         }
     }
+    validate_port_protocol(port, path, errs);
+    validate_port_num_or_name(port.get("targetPort"), &path.child("targetPort"), errs);
+}
+
+/// `port` (1–65535), `protocol` and `appProtocol` (a qualified name) of a Service or an
+/// Endpoints port.
+pub(crate) fn validate_port_protocol(port: &Value, path: &Path, errs: &mut ErrorList) {
     let number = int_of(port.get("port"));
     errs.extend(meta::invalid_int_each(
         &path.child("port"),
@@ -527,7 +540,6 @@ fn validate_port<'a>(
         names::port_number(number),
     ));
     validate_protocol(port.get("protocol"), &path.child("protocol"), errs);
-    validate_port_num_or_name(port.get("targetPort"), &path.child("targetPort"), errs);
     if let Some(app_protocol) = port.get("appProtocol").and_then(Value::as_str) {
         errs.extend(field::invalid_each(
             &path.child("appProtocol"),
