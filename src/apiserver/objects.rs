@@ -691,6 +691,7 @@ pub fn apply_defaults(info: &ResourceInfo, value: &mut Value) {
                 meta.insert("labels".into(), labels);
             }
         }
+        ("", "PodTemplate") => default_template(value, &["template"]),
         ("batch", "CronJob") => {
             if let Some(spec) = obj(value, "spec") {
                 set_default(spec, "concurrencyPolicy", json!("Allow"));
