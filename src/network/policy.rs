@@ -12,6 +12,14 @@
 //! so bridged packets reach the forward hook. Traffic from the node itself to its pods
 //! (kubelet probes) is not filtered, as in kube-router.
 //!
+//! Every object field is untrusted, also after it is stored: the script is built only from
+//! typed values (addresses as `IpAddr`, CIDRs parsed, ports as numbers, protocols from a
+//! fixed list, chain names from an index), and the only free text in it, the namespace and
+//! name of a pod or policy in comments, is rendered only for objects whose names pass the
+//! API's own checks; any other pod or policy is skipped with one warning (`renderable`). An
+//! `ipBlock` whose `except` does not parse is skipped whole (it fails closed: skipping just
+//! the exception would allow what it was meant to block).
+//!
 //! Owns only the `inet k3rs-netpol` table (and those two sysctls); never touches other tables.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -296,15 +304,24 @@ fn render_rules(direction: Direction, pod: &PodInfo, snapshot: &Snapshot, out: &
             for peer in peers {
                 if let Some(block) = &peer.ip_block {
                     let Ok(cidr) = block.cidr.parse::<crate::cli::Cidr>() else {
+                        warn_skipped("an ipBlock.cidr", &namespace, &name);
                         continue;
                     };
                     let fam = family_field(&cidr.network());
                     let mut text = format!("{fam} {field} {cidr}");
-                    let except: Vec<String> = block
+                    let parsed: Vec<Option<crate::cli::Cidr>> = block
                         .except
                         .iter()
                         .flatten()
-                        .filter_map(|e| e.parse::<crate::cli::Cidr>().ok())
+                        .map(|e| e.parse::<crate::cli::Cidr>().ok())
+                        .collect();
+                    if parsed.iter().any(Option::is_none) {
+                        warn_skipped("an ipBlock.except entry", &namespace, &name);
+                        continue;
+                    }
+                    let except: Vec<String> = parsed
+                        .into_iter()
+                        .flatten()
                         .filter(|e| e.is_ipv4() == cidr.is_ipv4())
                         .map(|e| e.to_string())
                         .collect();
@@ -358,9 +375,64 @@ fn render_rules(direction: Direction, pod: &PodInfo, snapshot: &Snapshot, out: &
     }
 }
 
+/// Whether a namespace and name could have passed the API's validation (a DNS label and a
+/// DNS subdomain): only such names are written into the script's comments.
+fn is_valid_object_name(namespace: &str, name: &str) -> bool {
+    crate::names::dns1123_label(namespace).is_empty()
+        && crate::names::dns1123_subdomain(name).is_empty()
+}
+
+fn warn_skipped(what: &str, namespace: &str, name: &str) {
+    crate::skip::warn_once(&format!("netpol/{what}/{namespace}/{name}"), || {
+        tracing::warn!(
+            namespace = %namespace.escape_debug(),
+            name = %name.escape_debug(),
+            "NetworkPolicy: skipping {what} that does not parse"
+        );
+    });
+}
+
+/// The snapshot without the pods and policies whose names the API would refuse (written
+/// straight into the store, or by an older version): they are skipped with a warning and
+/// every other object is rendered as usual.
+fn renderable(snapshot: &Snapshot) -> Snapshot {
+    let pods = snapshot
+        .pods
+        .iter()
+        .filter(|p| {
+            let ok = is_valid_object_name(&p.namespace, &p.name);
+            if !ok {
+                warn_skipped("a pod whose name", &p.namespace, &p.name);
+            }
+            ok
+        })
+        .cloned()
+        .collect();
+    let policies = snapshot
+        .policies
+        .iter()
+        .filter(|p| {
+            let namespace = p.metadata.namespace.as_deref().unwrap_or("");
+            let name = p.metadata.name.as_deref().unwrap_or("");
+            let ok = is_valid_object_name(namespace, name);
+            if !ok {
+                warn_skipped("a policy whose name", namespace, name);
+            }
+            ok
+        })
+        .cloned()
+        .collect();
+    Snapshot {
+        policies,
+        pods,
+        namespaces: snapshot.namespaces.clone(),
+    }
+}
+
 /// Renders the whole `inet k3rs-netpol` table for the pods on `node`. The text replaces the
 /// table atomically (create, delete, rebuild in one `nft -f` transaction).
 pub fn render(snapshot: &Snapshot, node: &str) -> String {
+    let snapshot = &renderable(snapshot);
     let mut s = String::new();
     let _ = writeln!(s, "table inet {TABLE}\ndelete table inet {TABLE}");
     let _ = writeln!(s, "table inet {TABLE} {{");
@@ -779,6 +851,88 @@ pub(crate) mod tests {
         assert_eq!(
             text.matches("ip saddr 10.96.0.6 jump pod-1-egress").count(),
             2
+        );
+        nft_check(&text);
+    }
+
+    /// Hostile names, labels, CIDRs, ports and protocols, as a store bypass could hold
+    /// them: the objects with names the API refuses are skipped, the rest is rendered, and
+    /// the script stays one valid transaction (checked by the real `nft -c` as root).
+    #[test]
+    fn hostile_fields_never_reach_the_script() {
+        let hostile = [
+            "a\n}\ntable inet evil { chain c { type filter hook input priority 0; policy drop; } }",
+            "web\"; flush ruleset; #",
+            "x;y",
+            "}",
+            "quote\"",
+            &"é".repeat(150),
+            &"a".repeat(10_000),
+        ];
+        let mut snap = snapshot(Vec::new());
+        let deny_all = NetworkPolicySpec {
+            pod_selector: Some(LabelSelector::default()),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(vec![NetworkPolicyPeer {
+                    ip_block: Some(IPBlock {
+                        cidr: "10.0.0.0/8".into(),
+                        except: Some(vec!["10.1.0.0/16; drop".into()]),
+                    }),
+                    ..Default::default()
+                }]),
+                ports: None,
+            }]),
+            egress: Some(vec![NetworkPolicyEgressRule {
+                to: Some(vec![NetworkPolicyPeer {
+                    ip_block: Some(IPBlock {
+                        cidr: "1.2.3.4/32 } drop".into(),
+                        except: None,
+                    }),
+                    ..Default::default()
+                }]),
+                ports: Some(vec![
+                    NetworkPolicyPort {
+                        port: Some(IntOrString::String("a}b".into())),
+                        protocol: Some("tcp; drop".into()),
+                        end_port: None,
+                    },
+                    NetworkPolicyPort {
+                        port: Some(IntOrString::Int(70000)),
+                        protocol: None,
+                        end_port: Some(-1),
+                    },
+                ]),
+            }]),
+        };
+        for text in hostile {
+            snap.pods
+                .push(pod(text, "p", "n1", "10.96.0.50", &[("app", "web")]));
+            snap.pods
+                .push(pod("web", text, "n1", "10.96.0.51", &[("app", text)]));
+            snap.policies.push(policy(text, "np", deny_all.clone()));
+            snap.policies.push(policy("web", text, deny_all.clone()));
+        }
+        snap.policies.push(policy("web", "deny-all", deny_all));
+        let text = render(&snap, "n1");
+        for bad in [
+            "evil",
+            "flush",
+            "x;y",
+            "é",
+            "quote",
+            "aaaaaaaaaa",
+            "1.2.3.4",
+            "drop;",
+        ] {
+            assert!(!text.contains(bad), "{bad:?} reached the script:\n{text}");
+        }
+        // The valid pods are still enforced by the valid policy.
+        assert!(text.contains("comment \"Ingress web/server\""), "{text}");
+        assert!(text.contains("ip daddr 10.96.0.5 jump"), "{text}");
+        assert!(
+            !text.contains("10.96.0.50") && !text.contains("10.96.0.51"),
+            "{text}"
         );
         nft_check(&text);
     }
