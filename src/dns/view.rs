@@ -4,6 +4,11 @@
 //! endpoint hostnames, SRV for named ports, PTR, ExternalName as CNAME, `a-b-c-d.<ns>.pod`,
 //! NXDOMAIN for names that do not exist in the cluster domain and NODATA (NOERROR, no
 //! answers, the SOA) for names that exist without records of the asked type. Pure.
+//!
+//! Objects are untrusted, also after they are stored: a Service whose name, namespace or
+//! ExternalName the API would refuse is left out of the view, and so are an endpoint
+//! hostname that is not a DNS label and a port whose name, protocol or number is not
+//! valid; each with one warning. No such field becomes part of a record name.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
@@ -41,6 +46,16 @@ pub struct View {
 }
 
 /// `10.1.2.3` → `10-1-2-3`, `fd00::1` → `fd00--1` (CoreDNS's endpoint names).
+fn warn_skipped(what: &str, namespace: &str, name: &str) {
+    crate::skip::warn_once(&format!("dns/{what}/{namespace}/{name}"), || {
+        tracing::warn!(
+            namespace = %namespace.escape_debug(),
+            name = %name.escape_debug(),
+            "DNS: skipping {what} that does not parse"
+        );
+    });
+}
+
 fn dashed(ip: &IpAddr) -> String {
     ip.to_string().replace(['.', ':'], "-")
 }
@@ -110,9 +125,23 @@ impl View {
             ) else {
                 continue;
             };
+            if !crate::names::dns1123_label(name).is_empty()
+                || !crate::names::dns1123_label(ns).is_empty()
+            {
+                warn_skipped("a Service whose name", ns, name);
+                continue;
+            }
             let fqdn = format!("{name}.{ns}.svc.{domain}").to_ascii_lowercase();
             if spec.type_.as_deref() == Some("ExternalName") {
                 if let Some(target) = &spec.external_name {
+                    if !crate::names::dns1123_subdomain(
+                        &target.trim_end_matches('.').to_ascii_lowercase(),
+                    )
+                    .is_empty()
+                    {
+                        warn_skipped("a Service whose externalName", ns, name);
+                        continue;
+                    }
                     view.add(
                         &fqdn,
                         RData::Cname(target.trim_end_matches('.').to_ascii_lowercase()),
@@ -149,9 +178,15 @@ impl View {
                         .iter()
                         .filter_map(|a| a.parse::<IpAddr>().ok())
                     {
-                        let label = endpoint
-                            .hostname
-                            .clone()
+                        let hostname = endpoint.hostname.as_deref().filter(|h| {
+                            let valid = crate::names::dns1123_label(h).is_empty();
+                            if !valid {
+                                warn_skipped("an endpoint hostname of Service", ns, name);
+                            }
+                            valid
+                        });
+                        let label = hostname
+                            .map(str::to_string)
                             .unwrap_or_else(|| dashed(&ip))
                             .to_ascii_lowercase();
                         endpoints.push((
@@ -189,6 +224,17 @@ impl View {
                     .as_deref()
                     .unwrap_or("TCP")
                     .to_ascii_lowercase();
+                let Ok(service_port) = u16::try_from(port.port) else {
+                    warn_skipped("a port number of Service", ns, name);
+                    continue;
+                };
+                if !crate::names::dns1123_label(port_name).is_empty()
+                    || !matches!(proto.as_str(), "tcp" | "udp" | "sctp")
+                    || service_port == 0
+                {
+                    warn_skipped("a port name or protocol of Service", ns, name);
+                    continue;
+                }
                 let srv_name = format!("_{}._{proto}.{fqdn}", port_name.to_ascii_lowercase());
                 if !headless {
                     view.add(
@@ -196,7 +242,7 @@ impl View {
                         RData::Srv {
                             priority: 0,
                             weight: 100,
-                            port: port.port as u16,
+                            port: service_port,
                             target: fqdn.clone(),
                         },
                     );
@@ -206,14 +252,16 @@ impl View {
                     let target_port = slice_ports
                         .iter()
                         .find(|p| p.name.as_deref() == Some(port_name))
-                        .and_then(|p| p.port);
+                        .and_then(|p| p.port)
+                        .and_then(|p| u16::try_from(p).ok())
+                        .filter(|p| *p != 0);
                     if let (true, Some(target_port)) = (*ready, target_port) {
                         view.add(
                             &srv_name,
                             RData::Srv {
                                 priority: 0,
                                 weight: 100,
-                                port: target_port as u16,
+                                port: target_port,
                                 target: endpoint_name.clone(),
                             },
                         );

@@ -166,3 +166,66 @@ fn pod_names_answer_their_address() {
         RData::A("10.42.0.99".parse().expect("ip"))
     );
 }
+
+/// Objects written straight into the store with fields the API refuses: each is left out
+/// (or its bad part is), the valid ones still answer, and no hostile text becomes a name.
+#[test]
+fn hostile_objects_are_skipped_and_the_rest_answers() {
+    let long = "a".repeat(10_000);
+    let services: Vec<Service> = serde_json::from_value(json!([
+        {"metadata": {"namespace": "default", "name": "web.kube-system"},
+         "spec": {"clusterIP": "10.43.0.66", "ports": [{"port": 80}]}},
+        {"metadata": {"namespace": "default", "name": long},
+         "spec": {"clusterIP": "10.43.0.67", "ports": [{"port": 80}]}},
+        {"metadata": {"namespace": "evil\nns", "name": "x"},
+         "spec": {"clusterIP": "10.43.0.68", "ports": [{"port": 80}]}},
+        {"metadata": {"namespace": "default", "name": "ext"},
+         "spec": {"type": "ExternalName", "externalName": "a b;\"c"}},
+        {"metadata": {"namespace": "default", "name": "ok"},
+         "spec": {"clusterIP": "10.43.0.20",
+                  "ports": [{"name": "http", "port": 80, "protocol": "TCP"},
+                            {"name": "Bad_Name", "port": 81, "protocol": "TCP"},
+                            {"name": "big", "port": 70000, "protocol": "TCP"},
+                            {"name": "icmp", "port": 82, "protocol": "ICMP"}]}},
+        {"metadata": {"namespace": "default", "name": "db"},
+         "spec": {"clusterIP": "None", "ports": [{"name": "pg", "port": 5432}]}}
+    ]))
+    .expect("services");
+    let slices: Vec<EndpointSlice> = serde_json::from_value(json!([
+        {"metadata": {"namespace": "default", "name": "db-1",
+                      "labels": {"kubernetes.io/service-name": "db"}},
+         "addressType": "IPv4",
+         "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}],
+         "endpoints": [
+            {"addresses": ["10.42.0.7"], "hostname": "evil.web.default", "conditions": {"ready": true}}
+         ]}
+    ]))
+    .expect("slices");
+    let v = View::build("cluster.local", &services, &slices, 1);
+    let m = ask(&v, "web.kube-system.svc.cluster.local", TYPE_A);
+    assert!(m.answers.is_empty(), "{m:?}");
+    let m = ask(&v, "web.kube-system.default.svc.cluster.local", TYPE_A);
+    assert_eq!(m.rcode(), RCODE_NXDOMAIN);
+    let m = ask(&v, "ext.default.svc.cluster.local", TYPE_CNAME);
+    assert_eq!(m.rcode(), RCODE_NXDOMAIN);
+    let m = ask(&v, "ok.default.svc.cluster.local", TYPE_A);
+    assert_eq!(m.answers.len(), 1);
+    let m = ask(&v, "_http._tcp.ok.default.svc.cluster.local", TYPE_SRV);
+    assert_eq!(m.answers.len(), 1);
+    for bad in ["_bad_name._tcp", "_big._tcp", "_icmp._icmp"] {
+        let m = ask(&v, &format!("{bad}.ok.default.svc.cluster.local"), TYPE_SRV);
+        assert!(m.answers.is_empty(), "{bad}: {m:?}");
+    }
+    // The bad hostname falls back to the dashed address.
+    let m = ask(&v, "10-42-0-7.db.default.svc.cluster.local", TYPE_A);
+    assert_eq!(m.answers.len(), 1);
+    let m = ask(&v, "evil.web.default.db.default.svc.cluster.local", TYPE_A);
+    assert!(m.answers.is_empty());
+    // Every record still encodes.
+    for name in v.records.keys() {
+        assert!(
+            !name.contains('\n') && !name.contains(' ') && name.len() < 300,
+            "{name:?}"
+        );
+    }
+}
