@@ -1,7 +1,8 @@
 //! The pod manager: watches the Pods bound to this node (`spec.nodeName=<me>`), runs one
 //! [`worker::Worker`] per Pod (syncs bounded by a semaphore), relists CRI every second to wake
 //! the workers whose containers changed (the kubelet's PLEG), and tears down what CRI runs for
-//! pods the API no longer has (after a kubelet restart, for example).
+//! pods the API no longer has (after a kubelet restart, for example). A pod whose identity
+//! fields would make unsafe host paths (`spec::untrusted_field_problem`) gets no worker.
 
 pub mod backoff;
 pub mod env;
@@ -95,6 +96,16 @@ pub async fn run(kubelet: Arc<Kubelet>) -> anyhow::Result<()> {
                     watcher::Event::Init => listing = Some(HashSet::new()),
                     watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => {
                         let Some(uid) = pod.metadata.uid.clone() else { continue };
+                        if let Some(problem) = spec::untrusted_field_problem(&pod) {
+                            let key = format!("kubelet/{uid}/{problem}");
+                            crate::skip::warn_once(&key, || tracing::warn!(
+                                namespace = %pod.metadata.namespace.as_deref().unwrap_or("").escape_debug(),
+                                name = %pod.metadata.name.as_deref().unwrap_or("").escape_debug(),
+                                uid = %uid.escape_debug(),
+                                "not running a pod that the API would refuse: {problem}"
+                            ));
+                            continue;
+                        }
                         if let Some(seen) = listing.as_mut() {
                             seen.insert(uid.clone());
                         }

@@ -490,6 +490,63 @@ pub fn termination_grace_seconds(pod: &Pod) -> i64 {
         .max(0)
 }
 
+/// Why this kubelet must not run `pod`, if a field it turns into host paths, file names or
+/// file contents could not have passed the API's validation (an object written straight
+/// into the store, or by an older version): the namespace, name and uid (they name the
+/// pod's directories and log directory), the container and volume names (directories under
+/// them) and the host aliases (lines of the pod's `/etc/hosts`). Such a pod is skipped
+/// with a warning; every other pod runs.
+pub fn untrusted_field_problem(pod: &Pod) -> Option<String> {
+    use crate::names;
+    let meta = &pod.metadata;
+    let namespace = meta.namespace.as_deref().unwrap_or("");
+    let name = meta.name.as_deref().unwrap_or("");
+    let uid = meta.uid.as_deref().unwrap_or("");
+    if !names::dns1123_label(namespace).is_empty() {
+        return Some("metadata.namespace is not a DNS label".into());
+    }
+    if !names::dns1123_subdomain(name).is_empty() {
+        return Some("metadata.name is not a DNS subdomain".into());
+    }
+    if uid.is_empty()
+        || uid.len() > 64
+        || !uid.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
+    {
+        return Some("metadata.uid is not a UID".into());
+    }
+    let spec = pod.spec.as_ref()?;
+    let container_names = spec
+        .containers
+        .iter()
+        .map(|c| &c.name)
+        .chain(spec.init_containers.iter().flatten().map(|c| &c.name))
+        .chain(spec.ephemeral_containers.iter().flatten().map(|c| &c.name));
+    for container in container_names {
+        if !names::dns1123_label(container).is_empty() {
+            return Some("a container name is not a DNS label".into());
+        }
+    }
+    for volume in spec.volumes.iter().flatten() {
+        if !names::dns1123_label(&volume.name).is_empty() {
+            return Some("a volume name is not a DNS label".into());
+        }
+    }
+    for alias in spec.host_aliases.iter().flatten() {
+        if names::parse_ip_sloppy(&alias.ip).is_none() {
+            return Some("a hostAliases ip is not an IP address".into());
+        }
+        if alias
+            .hostnames
+            .iter()
+            .flatten()
+            .any(|h| !names::dns1123_subdomain(h).is_empty())
+        {
+            return Some("a hostAliases hostname is not a DNS subdomain".into());
+        }
+    }
+    None
+}
+
 /// `<pod-log-dir>/<namespace>_<name>_<uid>`.
 pub fn pod_log_directory(root: &Path, pod: &Pod) -> std::path::PathBuf {
     root.join(format!(
@@ -696,5 +753,39 @@ mod tests {
         assert_eq!(pull_policy(&c("localhost:5000/busybox")), "Always");
         assert_eq!(pull_policy(&c("localhost:5000/busybox:1")), "IfNotPresent");
         assert_eq!(pull_policy(&c("busybox@sha256:abc")), "IfNotPresent");
+    }
+
+    #[test]
+    fn pods_with_hostile_identity_fields_are_not_run() {
+        let good: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "default", "name": "web-1", "uid": "0b8a3f4e-1c2d-4e5f-8a9b-0c1d2e3f4a5b"},
+            "spec": {"containers": [{"name": "c", "image": "x"}],
+                     "volumes": [{"name": "data", "emptyDir": {}}],
+                     "hostAliases": [{"ip": "10.0.0.1", "hostnames": ["db.local"]}]}
+        }))
+        .expect("pod");
+        assert_eq!(untrusted_field_problem(&good), None);
+        let hostile: [(&str, serde_json::Value); 8] = [
+            ("/metadata/uid", serde_json::json!("../../../etc")),
+            ("/metadata/uid", serde_json::json!("/etc")),
+            ("/metadata/namespace", serde_json::json!("a/b")),
+            ("/metadata/name", serde_json::json!("x\ny")),
+            ("/spec/containers/0/name", serde_json::json!("..")),
+            ("/spec/volumes/0/name", serde_json::json!("a/../../b")),
+            (
+                "/spec/hostAliases/0/ip",
+                serde_json::json!("10.0.0.1\n1.2.3.4 evil"),
+            ),
+            ("/spec/hostAliases/0/hostnames/0", serde_json::json!("a\tb")),
+        ];
+        for (pointer, value) in hostile {
+            let mut raw = serde_json::to_value(&good).expect("json");
+            *raw.pointer_mut(pointer).expect(pointer) = value.clone();
+            let pod: Pod = serde_json::from_value(raw).expect("pod");
+            assert!(
+                untrusted_field_problem(&pod).is_some(),
+                "{pointer} = {value} was accepted"
+            );
+        }
     }
 }
