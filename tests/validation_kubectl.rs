@@ -65,6 +65,70 @@ fn cases() -> Vec<Case> {
             ],
         },
         Case {
+            name: "pod port name",
+            manifest: "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad-port-name\nspec:\n  containers:\n  - name: c\n    image: busybox\n    ports:\n    - name: Web_1\n      containerPort: 80\n",
+            expect: &[
+                "The Pod \"bad-port-name\" is invalid: spec.containers[0].ports[0].name: Invalid value: \"Web_1\": must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)",
+            ],
+        },
+        Case {
+            name: "pod restart policy",
+            manifest: "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad-restart\nspec:\n  restartPolicy: Sometimes\n  containers:\n  - name: c\n    image: busybox\n",
+            expect: &[
+                "spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\"",
+            ],
+        },
+        Case {
+            name: "pod mount of an undeclared volume",
+            manifest: "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad-mount\nspec:\n  containers:\n  - name: c\n    image: busybox\n    volumeMounts:\n    - name: data\n      mountPath: /data\n",
+            expect: &["spec.containers[0].volumeMounts[0].name: Not found: \"data\""],
+        },
+        Case {
+            name: "pod request above limit",
+            manifest: "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad-resources\nspec:\n  containers:\n  - name: c\n    image: busybox\n    resources:\n      requests: {cpu: \"2\"}\n      limits: {cpu: \"1\"}\n",
+            expect: &[
+                "spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 1",
+            ],
+        },
+        Case {
+            name: "pod volume without a type",
+            manifest: "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad-volume\nspec:\n  volumes:\n  - name: data\n  containers:\n  - name: c\n    image: busybox\n",
+            expect: &["spec.volumes[0]: Required value: must specify a volume type"],
+        },
+        Case {
+            name: "pod host alias",
+            manifest: "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad-alias\nspec:\n  hostAliases:\n  - ip: not-an-ip\n    hostnames: [a.example]\n  containers:\n  - name: c\n    image: busybox\n",
+            expect: &[
+                "spec.hostAliases[0].ip: Invalid value: \"not-an-ip\": must be a valid IP address",
+            ],
+        },
+        Case {
+            name: "pod subPath escaping its volume",
+            manifest: "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad-subpath\nspec:\n  volumes:\n  - name: data\n    emptyDir: {}\n  containers:\n  - name: c\n    image: busybox\n    volumeMounts:\n    - name: data\n      mountPath: /data\n      subPath: ../../etc\n",
+            expect: &[
+                "spec.containers[0].volumeMounts.subPath: Invalid value: \"../../etc\": must not contain '..'",
+            ],
+        },
+        Case {
+            name: "deployment restart policy",
+            manifest: "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: bad-restart\nspec:\n  selector:\n    matchLabels: {app: x}\n  template:\n    metadata:\n      labels: {app: x}\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: c\n        image: busybox\n",
+            expect: &[
+                "spec.template.spec.restartPolicy: Unsupported value: \"Never\": supported values: \"Always\"",
+            ],
+        },
+        Case {
+            name: "job without a restart policy",
+            manifest: "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: bad-job\nspec:\n  template:\n    spec:\n      containers:\n      - name: c\n        image: busybox\n",
+            expect: &[
+                "spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\"",
+            ],
+        },
+        Case {
+            name: "cronjob schedule",
+            manifest: "apiVersion: batch/v1\nkind: CronJob\nmetadata:\n  name: bad-cron\nspec:\n  schedule: \"61 * * * *\"\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          containers:\n          - name: c\n            image: busybox\n",
+            expect: &["spec.schedule: Invalid value: \"61 * * * *\""],
+        },
+        Case {
             name: "deployment negative replicas",
             manifest: "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: bad-replicas\nspec:\n  replicas: -1\n  selector:\n    matchLabels: {app: x}\n  template:\n    metadata:\n      labels: {app: x}\n    spec:\n      containers:\n      - name: c\n        image: busybox\n",
             expect: &["spec.replicas: Invalid value: -1: must be greater than or equal to 0"],
@@ -138,4 +202,46 @@ fn invalid_manifests_print_kubes_errors() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// An applied change to a Pod's spec beyond its images is refused with kube's text, and the
+/// stored pod keeps its spec.
+#[test]
+fn pod_spec_changes_are_refused_on_apply() {
+    let server = Server::start();
+    let kubectl = Path::new("kubectl");
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: fixed\nspec:\n  containers:\n  - name: c\n    image: busybox\n    command: [sleep, \"3600\"]\n";
+    let out = server.kubectl_with(kubectl, &["apply", "-f", "-"], Some(pod));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let changed = pod.replace("\"3600\"", "\"60\"");
+    let out = server.kubectl_with(kubectl, &["apply", "-f", "-"], Some(&changed));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a command change was accepted");
+    assert!(
+        stderr.contains("The Pod \"fixed\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`"),
+        "{stderr}"
+    );
+    let image_only = pod.replace("image: busybox", "image: busybox:1.36");
+    let out = server.kubectl_with(kubectl, &["apply", "-f", "-"], Some(&image_only));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = server.kubectl_with(
+        kubectl,
+        &[
+            "get",
+            "pod",
+            "fixed",
+            "-o",
+            "jsonpath={.spec.containers[0].command[1]} {.spec.containers[0].image}",
+        ],
+        None,
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "3600 busybox:1.36");
 }

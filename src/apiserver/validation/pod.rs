@@ -415,26 +415,18 @@ fn validate_volume_source(volume: &Value, path: &Path, errs: &mut ErrorList) {
                 }
             }
             "secret" => {
-                if str_of(value.get("secretName")).is_empty() {
-                    errs.push(field::required(&at.child("secretName"), ""));
-                }
+                require(value, "secretName", &at, errs);
                 validate_projection(value, &at, errs);
             }
             "configMap" => {
-                if str_of(value.get("name")).is_empty() {
-                    errs.push(field::required(&at.child("name"), ""));
-                }
+                require(value, "name", &at, errs);
                 validate_projection(value, &at, errs);
             }
             "persistentVolumeClaim" => {
-                if str_of(value.get("claimName")).is_empty() {
-                    errs.push(field::required(&at.child("claimName"), ""));
-                }
+                require(value, "claimName", &at, errs);
             }
             "nfs" => {
-                if str_of(value.get("server")).is_empty() {
-                    errs.push(field::required(&at.child("server"), ""));
-                }
+                require(value, "server", &at, errs);
                 let nfs_path = str_of(value.get("path"));
                 if nfs_path.is_empty() {
                     errs.push(field::required(&at.child("path"), ""));
@@ -470,9 +462,7 @@ fn validate_volume_source(volume: &Value, path: &Path, errs: &mut ErrorList) {
                 }
             }
             "csi" => {
-                if str_of(value.get("driver")).is_empty() {
-                    errs.push(field::required(&at.child("driver"), ""));
-                }
+                require(value, "driver", &at, errs);
             }
             _ => {}
         }
@@ -516,9 +506,7 @@ fn validate_items(source: &Value, path: &Path, errs: &mut ErrorList) {
     for (i, item) in array(source.get("items")).iter().enumerate() {
         let at = path.child("items").index(i);
         if item.get("fieldRef").is_none() && item.get("resourceFieldRef").is_none() {
-            if str_of(item.get("key")).is_empty() {
-                errs.push(field::required(&at.child("key"), ""));
-            }
+            require(item, "key", &at, errs);
         }
         let p = str_of(item.get("path"));
         if p.is_empty() {
@@ -527,6 +515,17 @@ fn validate_items(source: &Value, path: &Path, errs: &mut ErrorList) {
         validate_local_non_reserved_path(p, &at.child("path"), errs);
         mode_in_range(item.get("mode"), &at.child("mode"), errs);
     }
+}
+
+/// `Required value` at `path.key` when that string field is empty or absent.
+fn require(object: &Value, key: &str, path: &Path, errs: &mut ErrorList) {
+    if str_of(object.get(key)).is_empty() {
+        required_at(&path.child(key), errs);
+    }
+}
+
+fn required_at(path: &Path, errs: &mut ErrorList) {
+    errs.push(field::required(path, ""));
 }
 
 fn mode_in_range(mode: Option<&Value>, path: &Path, errs: &mut ErrorList) {
@@ -805,14 +804,10 @@ fn validate_env(vars: &[Value], path: &Path, errs: &mut ErrorList) {
                         }
                     }
                     "fieldRef" => {
-                        if str_of(inner.get("fieldPath")).is_empty() {
-                            errs.push(field::required(&inner_path.child("fieldPath"), ""));
-                        }
+                        require(inner, "fieldPath", &inner_path, errs);
                     }
                     "resourceFieldRef" => {
-                        if str_of(inner.get("resource")).is_empty() {
-                            errs.push(field::required(&inner_path.child("resource"), ""));
-                        }
+                        require(inner, "resource", &inner_path, errs);
                     }
                     _ => {}
                 }
@@ -1063,15 +1058,11 @@ fn validate_handler(handler: &Value, kinds: &[&str], path: &Path, errs: &mut Err
         }
         count += 1;
         match *kind {
-            "exec" => {
-                if array(action.get("command")).is_empty() {
-                    errs.push(field::required(&at.child("command"), ""));
-                }
+            "exec" if array(action.get("command")).is_empty() => {
+                required_at(&at.child("command"), errs)
             }
             "httpGet" => {
-                if str_of(action.get("path")).is_empty() {
-                    errs.push(field::required(&at.child("path"), ""));
-                }
+                require(action, "path", &at, errs);
                 validate_port_num_or_name(action.get("port"), &at.child("port"), errs);
                 let scheme = str_of(action.get("scheme"));
                 if !["HTTP", "HTTPS"].contains(&scheme) {
