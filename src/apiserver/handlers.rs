@@ -1296,6 +1296,12 @@ where
                 return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
             }
         }
+        if status_only && !direct {
+            let causes = super::validation::validate_status(info, &new, &old);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
+            }
+        }
         // Managed fields before mutating admission, as in kube-apiserver (see create).
         if !owned {
             let manager = super::apply::manager(query, user_agent)?;

@@ -730,9 +730,37 @@ pub fn apply_defaults(info: &ResourceInfo, value: &mut Value) {
         ("", "Secret") => {
             if let Some(map) = value.as_object_mut() {
                 set_default(map, "type", json!("Opaque"));
+                merge_string_data(map);
             }
         }
         _ => {}
+    }
+}
+
+/// kube's conversion of a written Secret: `stringData` is write-only, each of its entries
+/// replaces `data`'s entry of the same key (base64-encoded), and it is never stored, so
+/// every consumer of the Secret finds its keys in `data`.
+fn merge_string_data(secret: &mut Map<String, Value>) {
+    use base64::Engine as _;
+    let Some(strings) = secret.remove("stringData") else {
+        return;
+    };
+    let Some(strings) = strings.as_object() else {
+        return;
+    };
+    if strings.is_empty() {
+        return;
+    }
+    let data = secret.entry("data").or_insert_with(|| json!({}));
+    if !data.is_object() {
+        *data = json!({});
+    }
+    if let Some(data) = data.as_object_mut() {
+        for (key, text) in strings {
+            let encoded =
+                base64::engine::general_purpose::STANDARD.encode(text.as_str().unwrap_or(""));
+            data.insert(key.clone(), json!(encoded));
+        }
     }
 }
 
@@ -781,6 +809,21 @@ mod tests {
         assert_eq!(uid.len(), 36);
         assert_eq!(&uid[14..15], "4");
         assert_eq!(name_suffix().len(), 5);
+    }
+
+    #[test]
+    fn secret_string_data_is_merged_into_data_and_never_stored() {
+        let r = Registry::new();
+        let secrets = r.find("", "v1", "secrets").unwrap();
+        let mut secret = serde_json::json!({"metadata": {"name": "s"},
+            "data": {"a": "b2xk", "keep": "eA=="},
+            "stringData": {"a": "new", "plain": "text"}});
+        apply_defaults(&secrets, &mut secret);
+        assert_eq!(
+            secret,
+            serde_json::json!({"metadata": {"name": "s"}, "type": "Opaque",
+                "data": {"a": "bmV3", "keep": "eA==", "plain": "dGV4dA=="}})
+        );
     }
 
     #[test]

@@ -21,7 +21,10 @@ mod networking;
 mod pod;
 mod rbac;
 mod service;
+mod status;
 mod workloads;
+
+pub use status::validate_status;
 
 #[cfg(test)]
 mod tests;
