@@ -245,3 +245,48 @@ fn pod_spec_changes_are_refused_on_apply() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "3600 busybox:1.36");
 }
+
+/// A type change stores what kube stores: the node ports and external traffic policy a
+/// NodePort Service had are dropped when it becomes ClusterIP (the client did not change
+/// them), and a ClusterIP Service that becomes NodePort gets node ports.
+#[test]
+fn service_type_changes_drop_what_the_new_type_does_not_use() {
+    let server = Server::start();
+    let kubectl = Path::new("kubectl");
+    let run = |args: &[&str]| {
+        let out = server.kubectl_with(kubectl, args, None);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run(&["create", "service", "nodeport", "np", "--tcp=80:80"]);
+    let shape = "jsonpath={.spec.type}/{.spec.ports[0].nodePort}/{.spec.externalTrafficPolicy}";
+    let before = run(&["get", "service", "np", "-o", shape]);
+    assert!(
+        before.starts_with("NodePort/3") && before.ends_with("/Cluster"),
+        "{before}"
+    );
+    run(&[
+        "patch",
+        "service",
+        "np",
+        "-p",
+        r#"{"spec":{"type":"ClusterIP"}}"#,
+    ]);
+    assert_eq!(run(&["get", "service", "np", "-o", shape]), "ClusterIP//");
+    run(&[
+        "patch",
+        "service",
+        "np",
+        "-p",
+        r#"{"spec":{"type":"NodePort"}}"#,
+    ]);
+    let after = run(&["get", "service", "np", "-o", shape]);
+    assert!(
+        after.starts_with("NodePort/3") && after.ends_with("/Cluster"),
+        "{after}"
+    );
+}

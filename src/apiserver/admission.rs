@@ -215,6 +215,66 @@ async fn allocate_service(
     Ok(())
 }
 
+/// Node ports for the ports of an updated NodePort or LoadBalancer Service that have none
+/// (a ClusterIP Service that became NodePort): picked as on create, from the range minus
+/// the ports other Services hold; the Service's own old ports count as free.
+async fn allocate_update_node_ports(
+    state: &AppState,
+    old: &Value,
+    service: &mut Value,
+) -> Result<(), ApiError> {
+    let missing = service
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .is_some_and(|ports| {
+            ports
+                .iter()
+                .any(|p| p.get("nodePort").and_then(Value::as_i64).unwrap_or(0) == 0)
+        });
+    if !missing {
+        return Ok(());
+    }
+    let _guard = state.allocation.lock().await;
+    let (_, mut taken) = service_ips_in_use(state);
+    for port in old
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(n) = port.get("nodePort").and_then(Value::as_i64) {
+            taken.remove(&n);
+        }
+    }
+    let range = state.config.node_port_range.clone();
+    let size = (*range.end() as i64 - *range.start() as i64 + 1).max(1);
+    let Some(ports) = service
+        .pointer_mut("/spec/ports")
+        .and_then(Value::as_array_mut)
+    else {
+        return Ok(());
+    };
+    for port in ports
+        .iter()
+        .filter_map(|p| p.get("nodePort").and_then(Value::as_i64))
+    {
+        taken.insert(port);
+    }
+    for port in ports.iter_mut() {
+        if port.get("nodePort").and_then(Value::as_i64).unwrap_or(0) != 0 {
+            continue;
+        }
+        let seed = u16::from_le_bytes(super::objects::random_bytes::<2>()) as i64;
+        let pick = (0..size)
+            .map(|k| *range.start() as i64 + (seed + k) % size)
+            .find(|p| !taken.contains(p))
+            .ok_or_else(|| ApiError::internal("failed to allocate a node port: range is full"))?;
+        taken.insert(pick);
+        port["nodePort"] = json!(pick);
+    }
+    Ok(())
+}
+
 /// Refuses RBAC writes that would grant the requester rights it does not hold.
 fn check_rbac_escalation(
     state: &AppState,
@@ -269,7 +329,17 @@ pub async fn on_update(
         super::crd::accept(new, &since);
     }
     if info.group.is_empty() && info.plural == "services" {
-        for field in ["clusterIP", "clusterIPs", "ipFamilies"] {
+        let new_type = new
+            .pointer("/spec/type")
+            .and_then(Value::as_str)
+            .unwrap_or("ClusterIP")
+            .to_string();
+        // An ExternalName Service has no cluster IP to keep (the update dropped it).
+        let keeps_cluster_ip = new_type != "ExternalName";
+        for field in ["clusterIP", "clusterIPs", "ipFamilies"]
+            .into_iter()
+            .filter(|_| keeps_cluster_ip)
+        {
             if let Some(v) = old.pointer(&format!("/spec/{field}")) {
                 let current = new.pointer(&format!("/spec/{field}"));
                 if current.is_none() || current == Some(&json!("")) {
@@ -295,8 +365,11 @@ pub async fn on_update(
                 }
             }
         }
-        // Keep allocated node ports when a client re-sends ports without them.
-        if let (Some(old_ports), Some(new_ports)) = (
+        // Keep allocated node ports when a client re-sends ports without them (only for
+        // types that have node ports: a change to ClusterIP drops them).
+        let has_node_ports = matches!(new_type.as_str(), "NodePort" | "LoadBalancer");
+        if let (true, Some(old_ports), Some(new_ports)) = (
+            has_node_ports,
             old.pointer("/spec/ports")
                 .and_then(Value::as_array)
                 .cloned(),
@@ -310,6 +383,9 @@ pub async fn on_update(
                     p["nodePort"] = n.clone();
                 }
             }
+        }
+        if has_node_ports {
+            allocate_update_node_ports(state, old, new).await?;
         }
     }
     Ok(())

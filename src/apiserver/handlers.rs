@@ -1283,6 +1283,9 @@ where
         if !status_only && !direct {
             objects::apply_defaults(info, &mut new);
             objects::admission_defaults(info, &mut new);
+            if !info.custom && info.group.is_empty() && info.kind == "Service" {
+                super::validation::prepare_service_update(&old, &mut new);
+            }
             if tracks_generation(info) && spec_changed(&old, &new) {
                 let generation = old
                     .pointer("/metadata/generation")

@@ -26,6 +26,11 @@ mod workloads;
 
 pub use status::validate_status;
 
+/// A Service update as kube's REST layer prepares it (see `service::prepare_update`).
+pub fn prepare_service_update(old: &Value, new: &mut Value) {
+    service::prepare_update(old, new);
+}
+
 #[cfg(test)]
 mod tests;
 

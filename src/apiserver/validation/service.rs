@@ -85,6 +85,23 @@ fn effective(new: &Value, old: Option<&Value>) -> Value {
     svc
 }
 
+/// What kube's REST layer does to a Service update before validating and storing it:
+/// allocated values a client left out are kept (`patchAllocatedValues`), `clusterIP` and
+/// `clusterIPs` are synced, and the fields a type change no longer needs are dropped
+/// (node ports, health-check port, external traffic policy, …, when the client did not
+/// change them). Applied to the object that is stored, so what is stored is what was
+/// validated.
+pub(crate) fn prepare_update(old: &Value, new: &mut Value) {
+    if !new.get("spec").is_some_and(Value::is_object)
+        || !old.get("spec").is_some_and(Value::is_object)
+    {
+        return;
+    }
+    patch_allocated_values(old, new);
+    normalize_cluster_ips(old, new);
+    drop_type_dependent_fields(old, new);
+}
+
 /// Defaults kube's `SetDefaults_Service` applies that k3rs's defaulting leaves out.
 fn apply_missing_defaults(svc: &mut Value) {
     let ty = service_type(svc).to_string();
