@@ -562,7 +562,13 @@ fn unexpected(applied: Applied) -> StoreError {
 }
 
 /// Takes an exclusive lock on the store directory so two processes never share it.
+///
+/// A held lock is retried for a moment before it counts as another process's: the lock
+/// belongs to an open file description, and a child process forked by another thread
+/// shares it between its fork and its exec (the descriptor is close-on-exec), so a store
+/// reopened in the same process right after it closed can find it briefly held.
 fn lock_directory(dir: &Path) -> Result<std::fs::File> {
+    const PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
     let path = dir.join("lock");
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -570,14 +576,22 @@ fn lock_directory(dir: &Path) -> Result<std::fs::File> {
         .write(true)
         .open(&path)
         .map_err(|e| StoreError::io(format!("opening {}", path.display()), e))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Unavailable(format!(
-            "{} is in use by another k3rs process; stop it first",
-            dir.display()
-        ))),
-        Err(std::fs::TryLockError::Error(e)) => {
-            Err(StoreError::io(format!("locking {}", path.display()), e))
+    let started = std::time::Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < PATIENCE => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(StoreError::Unavailable(format!(
+                    "{} is in use by another k3rs process; stop it first",
+                    dir.display()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(StoreError::io(format!("locking {}", path.display()), e));
+            }
         }
     }
 }
