@@ -267,14 +267,20 @@ async fn too_big_pod_is_unschedulable_then_scheduled_when_a_node_fits() {
         are available: 1 Preemption is not helpful for scheduling, 2 No preemption victims \
         found for incoming pod.";
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let condition = eventually("PodScheduled=False", Duration::from_secs(20), || async {
+    // The first attempt may run before the scheduler has seen the last node's status (it
+    // is written after the node): wait for the verdict over all three nodes as they are.
+    let condition = eventually("PodScheduled=False", Duration::from_secs(30), || async {
         pods.get("huge")
             .await
             .ok()?
             .status?
             .conditions?
             .into_iter()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+            .find(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.message.as_deref() == Some(expected)
+            })
     })
     .await;
     assert_eq!(condition.reason.as_deref(), Some("Unschedulable"));
@@ -283,7 +289,11 @@ async fn too_big_pod_is_unschedulable_then_scheduled_when_a_node_fits() {
         "a FailedScheduling event",
         Duration::from_secs(10),
         || async {
-            let e = events_for(&client, "huge", "FailedScheduling").await;
+            let e: Vec<_> = events_for(&client, "huge", "FailedScheduling")
+                .await
+                .into_iter()
+                .filter(|e| e.message.as_deref() == Some(expected))
+                .collect();
             (!e.is_empty()).then_some(e)
         },
     )
