@@ -163,7 +163,10 @@ fn scenario(server: &Server, bin: &Path, minor: &str) {
     // As against kube-apiserver (kubernetes/kubernetes#87736): `stringData` is write-only,
     // merged into `data` and never stored, so kubectl's three-way patch re-sends it and
     // reports the Secret configured on every apply.
-    assert!(again.contains("secret/creds configured"), "re-apply: {again}");
+    assert!(
+        again.contains("secret/creds configured"),
+        "re-apply: {again}"
+    );
 
     // Server-side apply over a field another manager changed since: conflict, then force.
     k.ok(&[
