@@ -103,7 +103,12 @@ pub fn object_decode(data: &[u8]) {
     objects::apply_defaults(info, &mut value);
     objects::admission_defaults(info, &mut value);
     let _ = crate::apiserver::validation::validate(info, &value, None);
-    let _ = crate::apiserver::validation::validate(info, &value, Some(&value));
+    // An update of the object onto itself, prepared as the update handler prepares one.
+    let mut updated = value.clone();
+    if info.group.is_empty() && info.kind == "Service" {
+        crate::apiserver::validation::prepare_service_update(&value, &mut updated);
+    }
+    let _ = crate::apiserver::validation::validate(info, &updated, Some(&value));
 }
 
 /// RFC 6902 JSON patch: `document NUL patch`.

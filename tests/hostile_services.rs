@@ -148,7 +148,7 @@ fn hostile_creates() -> Vec<(Service, &'static str)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_services_are_refused_and_stored_ones_are_skipped() {
     let netns = Netns::create();
-    let mut server = Server::start_with(&SERVER_ARGS);
+    let server = Server::start_with(&SERVER_ARGS);
     let admin = server.client().await;
 
     // jane may edit namespace `team` and nothing else.
@@ -206,25 +206,19 @@ async fn hostile_services_are_refused_and_stored_ones_are_skipped() {
     );
 
     // Services that bypassed validation: written into the store of the stopped server.
-    let dir = std::mem::replace(&mut server.dir, tempfile::tempdir().expect("tempdir"));
-    server.stop();
-    drop(server);
-    {
-        let store = k3rs::store::Store::open(k3rs::store::StoreConfig::new(
-            dir.path().join("data/server/db"),
-        ))
-        .expect("open the stopped server's store");
-        let hostile = [
-            ("evil-multibyte", "10.97.0.50", "é".repeat(150)),
-            (
-                "evil-newline",
-                "10.97.0.51",
-                "x\n}\ntable ip evil {".to_string(),
-            ),
-            ("evil-semicolon", "10.97.0.52", "a;b".to_string()),
-            ("evil-long", "10.97.0.53", "y".repeat(10_000)),
-        ];
-        for (name, ip, port_name) in hostile {
+    let hostile = [
+        ("evil-multibyte", "10.97.0.50", "é".repeat(150)),
+        (
+            "evil-newline",
+            "10.97.0.51",
+            "x\n}\ntable ip evil {".to_string(),
+        ),
+        ("evil-semicolon", "10.97.0.52", "a;b".to_string()),
+        ("evil-long", "10.97.0.53", "y".repeat(10_000)),
+    ];
+    let objects: Vec<(String, Value)> = hostile
+        .into_iter()
+        .map(|(name, ip, port_name)| {
             let object = json!({
                 "apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": name, "namespace": "team", "uid": format!("uid-{name}"),
@@ -233,15 +227,10 @@ async fn hostile_services_are_refused_and_stored_ones_are_skipped() {
                     "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80},
                               {"name": port_name, "port": 81, "protocol": "TCP", "targetPort": 81}]}
             });
-            store
-                .create(
-                    format!("/registry/services/team/{name}").as_bytes(),
-                    serde_json::to_vec(&object).expect("json"),
-                )
-                .await
-                .expect("write past validation");
-        }
-    }
+            (format!("/registry/services/team/{name}"), object)
+        })
+        .collect();
+    let dir = support::stop_and_write_past_validation(server, &objects).await;
     let server = Server::start_in(dir, &SERVER_ARGS);
     let admin = server.client().await;
 

@@ -1306,7 +1306,7 @@ async fn cronjob_replace_and_history_limits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cronjob_bad_schedule_or_time_zone_is_refused_and_a_stored_one_runs_nothing() {
-    let mut server = fast_cron_server();
+    let server = fast_cron_server();
     let client = server.client().await;
     // The API refuses both, as kube-apiserver does, naming the field.
     let api: Api<CronJob> = Api::namespaced(client.clone(), NS);
@@ -1346,31 +1346,20 @@ async fn cronjob_bad_schedule_or_time_zone_is_refused_and_a_stored_one_runs_noth
 
     // Written past validation (an older version, a restore): the controller reports them
     // with Events and runs nothing.
-    let dir = std::mem::replace(&mut server.dir, tempfile::tempdir().expect("tempdir"));
-    server.stop();
-    drop(server);
-    {
-        let store = k3rs::store::Store::open(k3rs::store::StoreConfig::new(
-            dir.path().join("data/server/db"),
-        ))
-        .expect("open the stopped server's store");
-        for (name, extra) in [
-            ("garbled", json!({"schedule": "61 * * * *"})),
-            ("martian", json!({"timeZone": "Mars/Olympus_Mons"})),
-        ] {
-            let mut object = cronjob(name, extra);
-            object["metadata"] = json!({"name": name, "namespace": NS,
-                "uid": format!("uid-{name}"), "creationTimestamp": "2026-01-01T00:00:00Z"});
-            object["spec"]["concurrencyPolicy"] = json!("Allow");
-            store
-                .create(
-                    format!("/registry/batch/cronjobs/{NS}/{name}").as_bytes(),
-                    serde_json::to_vec(&object).expect("json"),
-                )
-                .await
-                .expect("write past validation");
-        }
-    }
+    let objects: Vec<(String, Value)> = [
+        ("garbled", json!({"schedule": "61 * * * *"})),
+        ("martian", json!({"timeZone": "Mars/Olympus_Mons"})),
+    ]
+    .into_iter()
+    .map(|(name, extra)| {
+        let mut object = cronjob(name, extra);
+        object["metadata"] = json!({"name": name, "namespace": NS,
+            "uid": format!("uid-{name}"), "creationTimestamp": "2026-01-01T00:00:00Z"});
+        object["spec"]["concurrencyPolicy"] = json!("Allow");
+        (format!("/registry/batch/cronjobs/{NS}/{name}"), object)
+    })
+    .collect();
+    let dir = support::stop_and_write_past_validation(server, &objects).await;
     let server = Server::start_in_with_env(dir, &[], &[("K3RS_CRONJOB_TIME_SCALE", "30")]);
     let client = server.client().await;
     wait_event(

@@ -196,23 +196,28 @@ async fn allocate_service(
                             ));
                         }
                     }
-                    None => {
-                        let size = (*range.end() as i64 - *range.start() as i64 + 1).max(1);
-                        let seed = u16::from_le_bytes(super::objects::random_bytes::<2>()) as i64;
-                        let pick = (0..size)
-                            .map(|k| *range.start() as i64 + (seed + k) % size)
-                            .find(|p| !taken.contains(p))
-                            .ok_or_else(|| {
-                                ApiError::internal("failed to allocate a node port: range is full")
-                            })?;
-                        taken.insert(pick);
-                        port["nodePort"] = json!(pick);
-                    }
+                    None => port["nodePort"] = json!(pick_node_port(&range, &mut taken)?),
                 }
             }
         }
     }
     Ok(())
+}
+
+/// A free node port from `range`, searched from a random offset, marked taken.
+fn pick_node_port(
+    range: &std::ops::RangeInclusive<u16>,
+    taken: &mut HashSet<i64>,
+) -> Result<i64, ApiError> {
+    let start = i64::from(*range.start());
+    let size = (i64::from(*range.end()) - start + 1).max(1);
+    let seed = i64::from(u16::from_le_bytes(super::objects::random_bytes::<2>()));
+    let pick = (0..size)
+        .map(|k| start + (seed + k) % size)
+        .find(|p| !taken.contains(p))
+        .ok_or_else(|| ApiError::internal("failed to allocate a node port: range is full"))?;
+    taken.insert(pick);
+    Ok(pick)
 }
 
 /// Node ports for the ports of an updated NodePort or LoadBalancer Service that have none
@@ -247,7 +252,6 @@ async fn allocate_update_node_ports(
         }
     }
     let range = state.config.node_port_range.clone();
-    let size = (*range.end() as i64 - *range.start() as i64 + 1).max(1);
     let Some(ports) = service
         .pointer_mut("/spec/ports")
         .and_then(Value::as_array_mut)
@@ -264,13 +268,7 @@ async fn allocate_update_node_ports(
         if port.get("nodePort").and_then(Value::as_i64).unwrap_or(0) != 0 {
             continue;
         }
-        let seed = u16::from_le_bytes(super::objects::random_bytes::<2>()) as i64;
-        let pick = (0..size)
-            .map(|k| *range.start() as i64 + (seed + k) % size)
-            .find(|p| !taken.contains(p))
-            .ok_or_else(|| ApiError::internal("failed to allocate a node port: range is full"))?;
-        taken.insert(pick);
-        port["nodePort"] = json!(pick);
+        port["nodePort"] = json!(pick_node_port(&range, &mut taken)?);
     }
     Ok(())
 }

@@ -22,6 +22,7 @@
 //!
 //! Owns only the `inet k3rs-netpol` table (and those two sysctls); never touches other tables.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -395,12 +396,23 @@ fn warn_skipped(what: &str, namespace: &str, name: &str) {
 /// The snapshot without the pods and policies whose names the API would refuse (written
 /// straight into the store, or by an older version): they are skipped with a warning and
 /// every other object is rendered as usual.
-fn renderable(snapshot: &Snapshot) -> Snapshot {
+fn renderable(snapshot: &Snapshot) -> Cow<'_, Snapshot> {
+    let pod_ok = |p: &PodInfo| is_valid_object_name(&p.namespace, &p.name);
+    let policy_ok = |p: &NetworkPolicy| {
+        is_valid_object_name(
+            p.metadata.namespace.as_deref().unwrap_or(""),
+            p.metadata.name.as_deref().unwrap_or(""),
+        )
+    };
+    // The common case, every name valid, renders the snapshot as it is (no copy per sync).
+    if snapshot.pods.iter().all(pod_ok) && snapshot.policies.iter().all(policy_ok) {
+        return Cow::Borrowed(snapshot);
+    }
     let pods = snapshot
         .pods
         .iter()
         .filter(|p| {
-            let ok = is_valid_object_name(&p.namespace, &p.name);
+            let ok = pod_ok(p);
             if !ok {
                 warn_skipped("a pod whose name", &p.namespace, &p.name);
             }
@@ -412,27 +424,29 @@ fn renderable(snapshot: &Snapshot) -> Snapshot {
         .policies
         .iter()
         .filter(|p| {
-            let namespace = p.metadata.namespace.as_deref().unwrap_or("");
-            let name = p.metadata.name.as_deref().unwrap_or("");
-            let ok = is_valid_object_name(namespace, name);
+            let ok = policy_ok(p);
             if !ok {
-                warn_skipped("a policy whose name", namespace, name);
+                warn_skipped(
+                    "a policy whose name",
+                    p.metadata.namespace.as_deref().unwrap_or(""),
+                    p.metadata.name.as_deref().unwrap_or(""),
+                );
             }
             ok
         })
         .cloned()
         .collect();
-    Snapshot {
+    Cow::Owned(Snapshot {
         policies,
         pods,
         namespaces: snapshot.namespaces.clone(),
-    }
+    })
 }
 
 /// Renders the whole `inet k3rs-netpol` table for the pods on `node`. The text replaces the
 /// table atomically (create, delete, rebuild in one `nft -f` transaction).
 pub fn render(snapshot: &Snapshot, node: &str) -> String {
-    let snapshot = &renderable(snapshot);
+    let snapshot = &*renderable(snapshot);
     let mut s = String::new();
     let _ = writeln!(s, "table inet {TABLE}\ndelete table inet {TABLE}");
     let _ = writeln!(s, "table inet {TABLE} {{");

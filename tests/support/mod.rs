@@ -225,6 +225,29 @@ pub async fn client_as(server: &Server, user: &str) -> kube::Client {
     kube::Client::try_from(config).expect("impersonating client")
 }
 
+/// Stops `server` and writes `objects` (store key, object) straight into its store, past
+/// the API's validation (as an older version or a restored snapshot could have left
+/// them); returns its data directory for `Server::start_in`.
+pub async fn stop_and_write_past_validation(
+    mut server: Server,
+    objects: &[(String, serde_json::Value)],
+) -> tempfile::TempDir {
+    let dir = std::mem::replace(&mut server.dir, tempfile::tempdir().expect("tempdir"));
+    server.stop();
+    drop(server);
+    let store = k3rs::store::Store::open(k3rs::store::StoreConfig::new(
+        dir.path().join("data/server/db"),
+    ))
+    .expect("open the stopped server's store");
+    for (key, object) in objects {
+        store
+            .create(key.as_bytes(), serde_json::to_vec(object).expect("json"))
+            .await
+            .expect("write past validation");
+    }
+    dir
+}
+
 /// Every installed kubectl version (1.27 ... 1.33); fails loudly if none is present.
 pub fn kubectls() -> Vec<PathBuf> {
     let dir = Path::new("/usr/lib/google-cloud-sdk/bin");

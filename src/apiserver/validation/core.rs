@@ -9,7 +9,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use super::field::{self, Bad, ErrorList, Path};
-use super::meta::{self, IMMUTABLE, same_map, str_of, string_list};
+use super::meta::{self, IMMUTABLE, array, same_map, str_of, string_list};
 use super::names;
 use super::service::validate_port_protocol;
 
@@ -897,7 +897,7 @@ fn validate_pv(pv: &Value, old: Option<&Value>, errs: &mut ErrorList) {
         has_node_affinity = true;
         let path = spec_path.child("nodeAffinity");
         match affinity.get("required").filter(|v| !v.is_null()) {
-            Some(required) => validate_node_selector(required, &path.child("required"), errs),
+            Some(required) => validate_node_selector(required, true, &path.child("required"), errs),
             None => errs.push(field::required(
                 &path.child("required"),
                 "must specify required node constraints",
@@ -1128,8 +1128,15 @@ fn clean_is_root(p: &str) -> bool {
     depth.is_empty()
 }
 
-/// kube's `ValidateNodeSelector` (a volume's required node affinity).
-fn validate_node_selector(selector: &Value, path: &Path, errs: &mut ErrorList) {
+/// kube's `ValidateNodeSelector` (a volume's required node affinity, a pod's required
+/// node affinity): at least one term, each term's requirements valid. `check_values`
+/// also checks each value as a label value (the volume's rule).
+pub(crate) fn validate_node_selector(
+    selector: &Value,
+    check_values: bool,
+    path: &Path,
+    errs: &mut ErrorList,
+) {
     let terms = array(selector.get("nodeSelectorTerms"));
     let terms_path = path.child("nodeSelectorTerms");
     if terms.is_empty() {
@@ -1139,41 +1146,53 @@ fn validate_node_selector(selector: &Value, path: &Path, errs: &mut ErrorList) {
         ));
     }
     for (i, term) in terms.iter().enumerate() {
-        for (j, req) in array(term.get("matchExpressions")).iter().enumerate() {
-            let at = terms_path.index(i).child("matchExpressions").index(j);
-            let values = array(req.get("values"));
-            match str_of(req.get("operator")) {
-                "In" | "NotIn" => {
-                    if values.is_empty() {
-                        errs.push(field::required(
-                            &at.child("values"),
-                            "must be specified when `operator` is 'In' or 'NotIn'",
-                        ));
-                    }
+        validate_node_selector_requirements(term, check_values, &terms_path.index(i), errs);
+    }
+}
+
+/// kube's `ValidateNodeSelectorRequirement` for each of a term's `matchExpressions`.
+pub(crate) fn validate_node_selector_requirements(
+    term: &Value,
+    check_values: bool,
+    path: &Path,
+    errs: &mut ErrorList,
+) {
+    for (j, req) in array(term.get("matchExpressions")).iter().enumerate() {
+        let at = path.child("matchExpressions").index(j);
+        let values = array(req.get("values"));
+        match str_of(req.get("operator")) {
+            "In" | "NotIn" => {
+                if values.is_empty() {
+                    errs.push(field::required(
+                        &at.child("values"),
+                        "must be specified when `operator` is 'In' or 'NotIn'",
+                    ));
                 }
-                "Exists" | "DoesNotExist" => {
-                    if !values.is_empty() {
-                        errs.push(field::forbidden(
-                            &at.child("values"),
-                            "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
-                        ));
-                    }
-                }
-                "Gt" | "Lt" => {
-                    if values.len() != 1 {
-                        errs.push(field::required(
-                            &at.child("values"),
-                            "must be specified single value when `operator` is 'Lt' or 'Gt'",
-                        ));
-                    }
-                }
-                other => errs.push(field::invalid(
-                    &at.child("operator"),
-                    other,
-                    "not a valid selector operator",
-                )),
             }
-            meta::validate_label_name(str_of(req.get("key")), &at.child("key"), errs);
+            "Exists" | "DoesNotExist" => {
+                if !values.is_empty() {
+                    errs.push(field::forbidden(
+                        &at.child("values"),
+                        "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                    ));
+                }
+            }
+            "Gt" | "Lt" => {
+                if values.len() != 1 {
+                    errs.push(field::required(
+                        &at.child("values"),
+                        "must be specified single value when `operator` is 'Lt' or 'Gt'",
+                    ));
+                }
+            }
+            other => errs.push(field::invalid(
+                &at.child("operator"),
+                other,
+                "not a valid selector operator",
+            )),
+        }
+        meta::validate_label_name(str_of(req.get("key")), &at.child("key"), errs);
+        if check_values {
             for (k, value) in values.iter().enumerate() {
                 let value = value.as_str().unwrap_or("");
                 errs.extend(field::invalid_each(
@@ -1187,13 +1206,6 @@ fn validate_node_selector(selector: &Value, path: &Path, errs: &mut ErrorList) {
 }
 
 // ---------------------------------------------------------------- helpers
-
-fn array(value: Option<&Value>) -> &[Value] {
-    value
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
-}
 
 /// The value of a resource quantity (`1Gi`, `500m`, `1e3`), None when it does not parse.
 pub(crate) fn quantity(text: &str) -> Option<f64> {

@@ -328,6 +328,47 @@ pub(crate) fn invalid_int_each(path: &Path, value: i64, messages: Vec<String>) -
         .collect()
 }
 
+/// kube's `isNegativeErrorMsg`.
+pub(crate) const NEGATIVE: &str = "must be greater than or equal to 0";
+
+/// kube's `ValidateNonnegativeField` for an optional integer field.
+pub(crate) fn nonnegative(value: Option<&Value>, path: &Path, errs: &mut ErrorList) {
+    if let Some(v) = value.and_then(Value::as_i64)
+        && v < 0
+    {
+        errs.push(field::invalid(path, v, NEGATIVE));
+    }
+}
+
+/// The items of a JSON list, empty when absent or not a list.
+pub(crate) fn array(value: Option<&Value>) -> &[Value] {
+    value
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+/// `value` without nulls, empty lists and empty maps, at any depth: kube's semantic
+/// equality treats a nil and an empty slice or map alike, so two objects compare equal
+/// when their normalized forms do.
+pub(crate) fn normalized(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), normalized(v)))
+                .filter(|(_, v)| match v {
+                    Value::Null => false,
+                    Value::Array(a) => !a.is_empty(),
+                    Value::Object(o) => !o.is_empty(),
+                    _ => true,
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(normalized).collect()),
+        other => other.clone(),
+    }
+}
+
 /// A string field, `""` when absent or not a string.
 pub(crate) fn str_of(value: Option<&Value>) -> &str {
     value.and_then(Value::as_str).unwrap_or("")

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::core::{check_endpoint_ip, is_server_endpoints};
 use super::field::{self, Bad, ErrorList, Path};
-use super::meta::{self, IMMUTABLE, str_of};
+use super::meta::{self, IMMUTABLE, array, str_of};
 use super::names;
 
 const ADDRESS_TYPES: [&str; 3] = ["FQDN", "IPv4", "IPv6"];
@@ -841,11 +841,4 @@ fn validate_domain_prefixed_path(value: &str, path: &Path, errs: &mut ErrorList)
             "Invalid path (regex used for validation is '[A-Za-z0-9/\\-._~%!$&'()*+,;=:]+')",
         ));
     }
-}
-
-fn array(value: Option<&Value>) -> &[Value] {
-    value
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
 }

@@ -13,14 +13,13 @@ use std::collections::HashSet;
 
 use serde_json::{Map, Value};
 
-use super::core::quantity;
+use super::core::{quantity, validate_node_selector, validate_node_selector_requirements};
 use super::field::{self, Bad, ErrorList, Path};
-use super::meta::{self, str_of, string_list};
+use super::meta::{self, NEGATIVE, array, nonnegative, normalized, str_of, string_list};
 use super::names;
 use super::service::{int_of, validate_port_num_or_name};
 
 const MAX_INT32: i64 = i32::MAX as i64;
-const NEGATIVE: &str = "must be greater than or equal to 0";
 const NOT_POSITIVE: &str = "must be greater than zero";
 const FILE_MODE: &str = "must be a number between 0 and 0777 (octal), both inclusive";
 const RESTART_POLICIES: [&str; 3] = ["Always", "OnFailure", "Never"];
@@ -232,21 +231,6 @@ pub fn validate_pod_spec(
     }
     if let Some(context) = spec.get("securityContext").filter(|v| !v.is_null()) {
         validate_pod_security_context(context, &path.child("securityContext"), errs);
-    }
-}
-
-fn array(value: Option<&Value>) -> &[Value] {
-    value
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
-}
-
-fn nonnegative(value: Option<&Value>, path: &Path, errs: &mut ErrorList) {
-    if let Some(v) = value.and_then(Value::as_i64)
-        && v < 0
-    {
-        errs.push(field::invalid(path, v, NEGATIVE));
     }
 }
 
@@ -517,6 +501,21 @@ fn validate_items(source: &Value, path: &Path, errs: &mut ErrorList) {
     }
 }
 
+/// `Required value` at `path` when `value` is empty, else one `Invalid` per message of
+/// the format check `valid` (kube's `if len(x) == 0 { Required } else { IsX(x) }`).
+fn required_and_valid(
+    value: &str,
+    path: &Path,
+    valid: fn(&str) -> Vec<String>,
+    errs: &mut ErrorList,
+) {
+    if value.is_empty() {
+        required_at(path, errs);
+    } else {
+        errs.extend(field::invalid_each(path, value, valid(value)));
+    }
+}
+
 /// `Required value` at `path.key` when that string field is empty or absent.
 fn require(object: &Value, key: &str, path: &Path, errs: &mut ErrorList) {
     if str_of(object.get(key)).is_empty() {
@@ -573,15 +572,7 @@ fn validate_container(
     errs: &mut ErrorList,
 ) {
     let name = str_of(container.get("name"));
-    if name.is_empty() {
-        errs.push(field::required(&at.child("name"), ""));
-    } else {
-        errs.extend(field::invalid_each(
-            &at.child("name"),
-            name,
-            names::dns1123_label(name),
-        ));
-    }
+    required_and_valid(name, &at.child("name"), names::dns1123_label, errs);
     let image = str_of(container.get("image"));
     if image.is_empty() {
         errs.push(field::required(&at.child("image"), ""));
@@ -746,15 +737,7 @@ fn validate_env(vars: &[Value], path: &Path, errs: &mut ErrorList) {
     for (i, var) in vars.iter().enumerate() {
         let at = path.index(i);
         let name = str_of(var.get("name"));
-        if name.is_empty() {
-            errs.push(field::required(&at.child("name"), ""));
-        } else {
-            errs.extend(field::invalid_each(
-                &at.child("name"),
-                name,
-                names::env_var_name(name),
-            ));
-        }
+        required_and_valid(name, &at.child("name"), names::env_var_name, errs);
         let Some(from) = var.get("valueFrom").filter(|v| !v.is_null()) else {
             continue;
         };
@@ -789,15 +772,7 @@ fn validate_env(vars: &[Value], path: &Path, errs: &mut ErrorList) {
                 match source {
                     "configMapKeyRef" | "secretKeyRef" => {
                         let key = str_of(inner.get("key"));
-                        if key.is_empty() {
-                            errs.push(field::required(&inner_path.child("key"), ""));
-                        } else {
-                            errs.extend(field::invalid_each(
-                                &inner_path.child("key"),
-                                key,
-                                names::config_map_key(key),
-                            ));
-                        }
+                        required_and_valid(key, &inner_path.child("key"), names::config_map_key, errs);
                         let name = str_of(inner.get("name"));
                         if name.is_empty() {
                             errs.push(field::required(&inner_path.child("name"), ""));
@@ -1371,43 +1346,15 @@ fn validate_tolerations(tolerations: &[Value], path: &Path, errs: &mut ErrorList
     }
 }
 
+/// A node selector term of a pod's affinity: kube's requirement rules (values are not
+/// checked as label values here, unlike a volume's) and `matchFields` on `metadata.name`.
 fn validate_node_selector_term(term: &Value, path: &Path, errs: &mut ErrorList) {
-    for (i, requirement) in array(term.get("matchExpressions")).iter().enumerate() {
-        let at = path.child("matchExpressions").index(i);
-        let count = array(requirement.get("values")).len();
-        match str_of(requirement.get("operator")) {
-            "In" | "NotIn" => {
-                if count == 0 {
-                    errs.push(field::required(
-                        &at.child("values"),
-                        "must be specified when `operator` is 'In' or 'NotIn'",
-                    ));
-                }
-            }
-            "Exists" | "DoesNotExist" => {
-                if count > 0 {
-                    errs.push(field::forbidden(
-                        &at.child("values"),
-                        "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
-                    ));
-                }
-            }
-            "Gt" | "Lt" => {
-                if count != 1 {
-                    errs.push(field::required(
-                        &at.child("values"),
-                        "must be specified single value when `operator` is 'Lt' or 'Gt'",
-                    ));
-                }
-            }
-            other => errs.push(field::invalid(
-                &at.child("operator"),
-                other,
-                "not a valid selector operator",
-            )),
-        }
-        meta::validate_label_name(str_of(requirement.get("key")), &at.child("key"), errs);
-    }
+    validate_node_selector_requirements(term, false, path, errs);
+    validate_match_fields(term, path, errs);
+}
+
+/// A term's `matchFields`: only `metadata.name` is a node field selector key.
+fn validate_match_fields(term: &Value, path: &Path, errs: &mut ErrorList) {
     for (i, requirement) in array(term.get("matchFields")).iter().enumerate() {
         let at = path.child("matchFields").index(i);
         if str_of(requirement.get("key")) != "metadata.name" {
@@ -1462,16 +1409,10 @@ fn validate_affinity(affinity: &Value, path: &Path, errs: &mut ErrorList) {
     if let Some(node) = affinity.get("nodeAffinity").filter(|v| !v.is_null()) {
         let at = path.child("nodeAffinity");
         if let Some(required) = node.get(REQUIRED).filter(|v| !v.is_null()) {
+            validate_node_selector(required, false, &at.child(REQUIRED), errs);
             let terms_path = at.child(REQUIRED).child("nodeSelectorTerms");
-            let terms = array(required.get("nodeSelectorTerms"));
-            if terms.is_empty() {
-                errs.push(field::required(
-                    &terms_path,
-                    "must have at least one node selector term",
-                ));
-            }
-            for (i, term) in terms.iter().enumerate() {
-                validate_node_selector_term(term, &terms_path.index(i), errs);
+            for (i, term) in array(required.get("nodeSelectorTerms")).iter().enumerate() {
+                validate_match_fields(term, &terms_path.index(i), errs);
             }
         }
         for (i, term) in array(node.get(PREFERRED)).iter().enumerate() {
@@ -1684,30 +1625,6 @@ fn same_toleration(a: &Value, b: &Value) -> bool {
     ["key", "operator", "value", "effect"]
         .iter()
         .all(|k| str_of(a.get(*k)) == str_of(b.get(*k)))
-}
-
-/// Drops nulls, empty lists and empty maps: kube's semantic equality treats a nil and an
-/// empty slice or map alike.
-fn normalized(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.clone(), normalized(v)))
-                .filter(|(_, v)| !is_empty_value(v))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(normalized).collect()),
-        other => other.clone(),
-    }
-}
-
-fn is_empty_value(value: &Value) -> bool {
-    match value {
-        Value::Null => true,
-        Value::Array(a) => a.is_empty(),
-        Value::Object(m) => m.is_empty(),
-        _ => false,
-    }
 }
 
 /// The paths where `old` and `new` differ, as `- path: old` / `+ path: new` lines.

@@ -31,9 +31,9 @@ const TOPOLOGY_MODE_ANNOTATION: &str = "service.kubernetes.io/topology-mode";
 const TOPOLOGY_HINTS_ANNOTATION: &str = "service.kubernetes.io/topology-aware-hints";
 
 pub fn validate_service(new: &Value, old: Option<&Value>, errs: &mut ErrorList) {
-    let svc = effective(new, old);
+    let svc = effective(new, old.is_none());
     if let Some(old) = old {
-        let old = effective(old, None);
+        let old = effective(old, true);
         validate_cluster_ips_update(&old, &svc, errs);
         validate_ip_families_update(&old, &svc, errs);
         validate_load_balancer_class(Some(&old), &svc, errs);
@@ -53,11 +53,10 @@ pub fn validate_service(new: &Value, old: Option<&Value>, errs: &mut ErrorList) 
 // ---------------------------------------------------------------- the object kube validates
 
 /// `new` as kube's REST layer hands it to validation: defaults k3rs's defaulting does not
-/// apply, the create-time `clusterIPs` sync, and on update the allocated values a client
-/// left out (`patchAllocatedValues`), the `clusterIP`/`clusterIPs` sync
-/// (`normalizeClusterIPs`) and the fields a type change no longer needs
-/// (`dropTypeDependentFields`).
-fn effective(new: &Value, old: Option<&Value>) -> Value {
+/// apply and the create-time `clusterIPs` sync. On update the caller has already applied
+/// `prepare_update` (kube's `patchAllocatedValues`, `normalizeClusterIPs`,
+/// `dropTypeDependentFields`) to the object it stores.
+fn effective(new: &Value, creating: bool) -> Value {
     let mut svc = new.clone();
     // Every write below indexes `spec`: make it an object (a decoded Service's always is).
     if let Some(map) = svc.as_object_mut()
@@ -68,17 +67,10 @@ fn effective(new: &Value, old: Option<&Value>) -> Value {
     if !svc.get("spec").is_some_and(Value::is_object) {
         return svc;
     }
-    match old {
-        None => {
-            let ip = spec_str(&svc, "clusterIP").to_string();
-            if !ip.is_empty() && spec_list(&svc, "clusterIPs").is_empty() {
-                svc["spec"]["clusterIPs"] = json!([ip]);
-            }
-        }
-        Some(old) => {
-            patch_allocated_values(old, &mut svc);
-            normalize_cluster_ips(old, &mut svc);
-            drop_type_dependent_fields(old, &mut svc);
+    if creating {
+        let ip = spec_str(&svc, "clusterIP").to_string();
+        if !ip.is_empty() && spec_list(&svc, "clusterIPs").is_empty() {
+            svc["spec"]["clusterIPs"] = json!([ip]);
         }
     }
     apply_missing_defaults(&mut svc);

@@ -10,11 +10,9 @@
 use serde_json::Value;
 
 use super::field::{self, ErrorList, Path};
-use super::meta::str_of;
+use super::meta::{NEGATIVE, str_of};
 use super::names;
 use crate::apiserver::registry::ResourceInfo;
-
-const NEGATIVE: &str = "must be greater than or equal to 0";
 
 /// The causes of a 422 for a status update of `new` over `old`, empty when valid.
 pub fn validate_status(info: &ResourceInfo, new: &Value, old: &Value) -> ErrorList {

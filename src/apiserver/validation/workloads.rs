@@ -16,12 +16,12 @@ use std::collections::HashSet;
 use serde_json::{Map, Value};
 
 use super::field::{self, Bad, ErrorList, Path};
-use super::meta::{self, IMMUTABLE, str_of};
+use super::meta::{self, IMMUTABLE, nonnegative, normalized, str_of};
 use super::names;
 use super::pod::{validate_pod_spec, validate_pod_template};
+use crate::apiserver::selectors::{LabelSelector, from_label_selector_json};
 use crate::cron::Schedule;
 
-const NEGATIVE: &str = "must be greater than or equal to 0";
 const NO_MATCH: &str = "`selector` does not match template `labels`";
 
 pub fn validate(kind: &str, new: &Value, old: Option<&Value>, errs: &mut ErrorList) {
@@ -73,48 +73,19 @@ pub fn validate(kind: &str, new: &Value, old: Option<&Value>, errs: &mut ErrorLi
     }
 }
 
-fn nonnegative(value: Option<&Value>, path: &Path, errs: &mut ErrorList) {
-    if let Some(v) = value.and_then(Value::as_i64)
-        && v < 0
-    {
-        errs.push(field::invalid(path, v, NEGATIVE));
-    }
-}
-
 fn present(value: Option<&Value>) -> Option<&Value> {
     value.filter(|v| !v.is_null())
 }
 
 // ---------------------------------------------------------------- selectors
 
-/// Whether a LabelSelector selects `labels` (matchLabels and every expression).
-fn selector_matches(selector: &Value, labels: Option<&Map<String, Value>>) -> bool {
-    let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-    let match_labels = selector.get("matchLabels").and_then(Value::as_object);
-    let labels_ok = match_labels
-        .into_iter()
-        .flatten()
-        .all(|(k, v)| label(k) == v.as_str());
-    let expressions = selector
-        .get("matchExpressions")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    labels_ok
-        && expressions.iter().all(|e| {
-            let key = str_of(e.get("key"));
-            let values = meta::string_list(e.get("values"));
-            let current = label(key);
-            match str_of(e.get("operator")) {
-                "In" => current.is_some_and(|c| values.iter().any(|v| v == c)),
-                "NotIn" => current.is_none_or(|c| values.iter().all(|v| v != c)),
-                "Exists" => current.is_some(),
-                "DoesNotExist" => current.is_none(),
-                _ => false,
-            }
-        })
+/// kube's `LabelSelectorAsSelector` of a selector field (absent or null selects nothing,
+/// `{}` everything); `None` when it does not convert.
+fn as_selector(selector: Option<&Value>) -> Option<LabelSelector> {
+    from_label_selector_json(selector.unwrap_or(&Value::Null)).ok()
 }
 
+/// kube's explicit emptiness check (`len(matchLabels)+len(matchExpressions) == 0`).
 fn selector_is_empty(selector: &Value) -> bool {
     selector
         .get("matchLabels")
@@ -188,56 +159,44 @@ fn go_int_or_string(value: &Value) -> Bad {
     })
 }
 
-/// `spec.selector` of an apps workload: required, valid, not empty. Returns the selector
-/// when it can be matched against the template (kube's `LabelSelectorAsSelector`
-/// succeeds), `Err(())` when it cannot, `Ok(None)` when absent.
+/// `spec.selector` of an apps workload: required, valid, not empty. Returns kube's
+/// `LabelSelectorAsSelector` of it (an absent one selects nothing), `None` when it does
+/// not convert.
 fn validate_selector(
     spec: &Value,
     path: &Path,
     workload: &str,
     required: bool,
     errs: &mut ErrorList,
-) -> Result<Option<Value>, ()> {
+) -> Option<LabelSelector> {
     let selector_path = path.child("selector");
-    let Some(selector) = present(spec.get("selector")) else {
-        if required {
-            errs.push(field::required(&selector_path, ""));
+    let selector = present(spec.get("selector"));
+    match selector {
+        None if required => errs.push(field::required(&selector_path, "")),
+        None => {}
+        Some(selector) => {
+            meta::validate_label_selector(selector, &selector_path, errs);
+            if selector_is_empty(selector) {
+                errs.push(field::invalid(
+                    &selector_path,
+                    Bad::Raw(go_label_selector(selector)),
+                    &format!("empty selector is invalid for {workload}"),
+                ));
+            }
         }
-        return Ok(None);
-    };
-    let mut own = ErrorList::new();
-    meta::validate_label_selector(selector, &selector_path, &mut own);
-    let parses = own.is_empty();
-    errs.extend(own);
-    if selector_is_empty(selector) {
-        errs.push(field::invalid(
-            &selector_path,
-            Bad::Raw(go_label_selector(selector)),
-            &format!("empty selector is invalid for {workload}"),
-        ));
     }
-    if parses {
-        Ok(Some(selector.clone()))
-    } else {
-        Err(())
-    }
+    as_selector(selector)
 }
 
-/// The template's labels against the selector: an absent selector selects nothing (so
-/// never matches), an empty one everything.
+/// The template's labels against the selector.
 fn check_template_labels(
-    selector: Option<&Value>,
+    selector: &LabelSelector,
     template: &Value,
     labels_path: &Path,
     errs: &mut ErrorList,
 ) {
     let labels = template.pointer("/metadata/labels");
-    let matches = match selector {
-        None => false,
-        Some(s) if selector_is_empty(s) => true,
-        Some(s) => selector_matches(s, labels.and_then(Value::as_object)),
-    };
-    if !matches {
+    if !selector.matches_json(labels.and_then(Value::as_object)) {
         errs.push(field::invalid(
             labels_path,
             Bad::Raw(go_string_map(labels)),
@@ -258,51 +217,32 @@ fn immutable_selector(spec: &Value, old_spec: Option<&Value>, path: &Path, errs:
     }
 }
 
-fn normalized(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.clone(), normalized(v)))
-                .filter(|(_, v)| match v {
-                    Value::Null => false,
-                    Value::Array(a) => !a.is_empty(),
-                    Value::Object(m) => !m.is_empty(),
-                    _ => true,
-                })
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(normalized).collect()),
-        other => other.clone(),
-    }
-}
-
 // ---------------------------------------------------------------- apps
 
 /// kube's `ValidatePodTemplateSpecForReplicaSet` with the selector checks before it
 /// (Deployment and ReplicaSet).
 fn validate_replica_set_template(spec: &Value, path: &Path, workload: &str, errs: &mut ErrorList) {
     let template_path = path.child("template");
-    let selector = match validate_selector(spec, path, workload, true, errs) {
-        Ok(selector) => selector,
-        Err(()) => {
-            errs.push(field::invalid(
-                &path.child("selector"),
-                Bad::Raw(go_label_selector(&spec["selector"])),
-                "invalid label selector",
-            ));
-            return;
-        }
+    let Some(selector) = validate_selector(spec, path, workload, true, errs) else {
+        errs.push(field::invalid(
+            &path.child("selector"),
+            Bad::Raw(go_label_selector(&spec["selector"])),
+            "invalid label selector",
+        ));
+        return;
     };
     let Some(template) = present(spec.get("template")) else {
         errs.push(field::required(&template_path, ""));
         return;
     };
-    check_template_labels(
-        selector.as_ref(),
-        template,
-        &template_path.child("metadata").child("labels"),
-        errs,
-    );
+    if !selector.is_empty() {
+        check_template_labels(
+            &selector,
+            template,
+            &template_path.child("metadata").child("labels"),
+            errs,
+        );
+    }
     validate_pod_template(Some(template), &template_path, &HashSet::new(), errs);
     always_restart(template, &template_path, "ReplicaSet", errs);
 }
@@ -442,15 +382,12 @@ fn validate_daemon_set(spec: &Value, path: &Path, errs: &mut ErrorList) {
     let template_path = path.child("template");
     let template = spec.get("template").unwrap_or(&Value::Null);
     let selector = present(spec.get("selector"));
-    let mut own = ErrorList::new();
     if let Some(selector) = selector {
-        meta::validate_label_selector(selector, &path.child("selector"), &mut own);
+        meta::validate_label_selector(selector, &path.child("selector"), errs);
     }
-    let parses = own.is_empty();
-    errs.extend(own);
-    if parses {
+    if let Some(converted) = as_selector(selector) {
         check_template_labels(
-            selector,
+            &converted,
             template,
             &template_path.child("metadata").child("labels"),
             errs,
@@ -595,15 +532,15 @@ fn validate_stateful_set(spec: &Value, path: &Path, errs: &mut ErrorList) {
     let template_path = path.child("template");
     let template = spec.get("template").unwrap_or(&Value::Null);
     match validate_selector(spec, path, "statefulset", true, errs) {
-        Err(()) => errs.push(field::invalid(
+        None => errs.push(field::invalid(
             &path.child("selector"),
             Bad::Raw(go_label_selector(&spec["selector"])),
             "",
         )),
-        Ok(selector) => {
-            if selector.as_ref().is_none_or(|s| !selector_is_empty(s)) {
+        Some(selector) => {
+            if !selector.is_empty() {
                 check_template_labels(
-                    selector.as_ref(),
+                    &selector,
                     template,
                     &template_path.child("metadata").child("labels"),
                     errs,
@@ -755,34 +692,17 @@ fn validate_job_spec(spec: &Value, path: &Path, errs: &mut ErrorList) {
 /// A Job's own selector: required, valid, and matching its template.
 fn validate_job_selector(spec: &Value, path: &Path, errs: &mut ErrorList) {
     let selector = present(spec.get("selector"));
-    let mut own = ErrorList::new();
     match selector {
-        None => own.push(field::required(&path.child("selector"), "")),
-        Some(selector) => {
-            meta::validate_label_selector(selector, &path.child("selector"), &mut own)
-        }
+        None => errs.push(field::required(&path.child("selector"), "")),
+        Some(selector) => meta::validate_label_selector(selector, &path.child("selector"), errs),
     }
-    let parses = selector.is_none() || own.is_empty();
-    errs.extend(own);
-    if parses {
-        let template = spec.get("template").unwrap_or(&Value::Null);
-        let matches = match selector {
-            None => false,
-            Some(s) if selector_is_empty(s) => true,
-            Some(s) => selector_matches(
-                s,
-                template
-                    .pointer("/metadata/labels")
-                    .and_then(Value::as_object),
-            ),
-        };
-        if !matches {
-            errs.push(field::invalid(
-                &path.child("template").child("metadata").child("labels"),
-                Bad::Raw(go_string_map(template.pointer("/metadata/labels"))),
-                NO_MATCH,
-            ));
-        }
+    if let Some(converted) = as_selector(selector) {
+        check_template_labels(
+            &converted,
+            spec.get("template").unwrap_or(&Value::Null),
+            &path.child("template").child("metadata").child("labels"),
+            errs,
+        );
     }
 }
 
@@ -957,35 +877,5 @@ mod tests {
         assert!(
             matches!(go_int_or_string(&json!("200%")), Bad::Raw(s) if s == r#"intstr.IntOrString{Type:1, IntVal:0, StrVal:"200%"}"#)
         );
-    }
-
-    #[test]
-    fn selectors_match_like_kube() {
-        let labels = json!({"app": "web", "tier": "front"});
-        let labels = labels.as_object();
-        assert!(selector_matches(
-            &json!({"matchLabels": {"app": "web"}}),
-            labels
-        ));
-        assert!(!selector_matches(
-            &json!({"matchLabels": {"app": "db"}}),
-            labels
-        ));
-        assert!(selector_matches(
-            &json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["front", "back"]}]}),
-            labels
-        ));
-        assert!(!selector_matches(
-            &json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["front"]}]}),
-            labels
-        ));
-        assert!(selector_matches(
-            &json!({"matchExpressions": [{"key": "x", "operator": "DoesNotExist"}]}),
-            labels
-        ));
-        assert!(!selector_matches(
-            &json!({"matchExpressions": [{"key": "x", "operator": "Exists"}]}),
-            labels
-        ));
     }
 }

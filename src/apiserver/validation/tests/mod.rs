@@ -77,6 +77,13 @@ pub fn run(group: &str, version: &str, plural: &str, cases: Vec<Case>) -> usize 
             objects::apply_defaults(&info, &mut o);
             o
         });
+        // As the update handler does before validating.
+        if let Some(old) = &old
+            && info.group.is_empty()
+            && info.kind == "Service"
+        {
+            super::prepare_service_update(old, &mut object);
+        }
         let got: Vec<(String, String)> = super::validate(&info, &object, old.as_ref())
             .into_iter()
             .map(|c| (c.field.unwrap_or_default(), c.message.unwrap_or_default()))
