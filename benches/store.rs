@@ -12,7 +12,8 @@
 //!   keys) once compaction has caught up, against the bound `2 × live + 64 MiB`.
 //!
 //! The last line of output is machine-readable:
-//! `RESULT store write_ratio_1=… write_ratio_16=… p99_ratio_16=… db_bytes_after_churn=…`.
+//! `RESULT store write_ratio_1=… write_ratio_16=… p99_ratio_16=… db_bytes_after_churn=…
+//! db_bound_met=…`; the goal check before it says whether the size bound holds.
 //!
 //! Environment: `K3RS_BENCH_CHURN` (updates in the churn phase, default 1,000,000),
 //! `K3RS_BENCH_SECS` (seconds per write-load run, default 5), `K3RS_BENCH_ROUNDS`
@@ -240,10 +241,24 @@ async fn run(settings: Settings) -> Result<()> {
     let write_ratio_1 = stats::ratio(k3rs_w1.per_second, etcd_w1.per_second);
     let write_ratio_16 = stats::ratio(k3rs_w16.per_second, etcd_w16.per_second);
     let p99_ratio_16 = duration_ratio(k3rs_w16.latency.p99, etcd_w16.latency.p99);
+    // The goal of this bench: the size bound after churn (issue 23 found it broken while
+    // nothing checked it); the write ratios are reported for comparison.
+    let bound = ChurnReport::bound();
+    let within = churn.settled && churn.total_bytes <= bound;
+    println!();
+    println!("goals:");
+    println!(
+        "  db_bytes_after_churn {:>12}  (goal ≤ {bound}, 2×live+64 MiB, settled)  {}",
+        churn.total_bytes,
+        if within { "met" } else { "MISSED" }
+    );
+    if !settings.full {
+        println!("  (smoke run: sizes are tiny, the figures are not meaningful)");
+    }
     println!();
     println!(
         "RESULT store write_ratio_1={write_ratio_1:.2} write_ratio_16={write_ratio_16:.2} \
-         p99_ratio_16={p99_ratio_16:.2} db_bytes_after_churn={}",
+         p99_ratio_16={p99_ratio_16:.2} db_bytes_after_churn={} db_bound_met={within}",
         churn.total_bytes
     );
     Ok(())
