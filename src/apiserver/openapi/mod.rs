@@ -4,7 +4,7 @@
 //! document (`/openapi/v2`) in JSON and in the protobuf form kubectl requests.
 //!
 //! Owns: the documents' content (paths and operations shaped like kube-apiserver's, the
-//! schemas of built-in kinds from k8s-openapi via `schemars`, custom resources' schemas
+//! schemas of built-in kinds (generated at build time, [`schemas`]), custom resources' schemas
 //! from their CRDs, patch metadata) and a cache of the built documents. May not touch:
 //! the store, HTTP (callers pick the document and the representation; see
 //! [`V2_PROTOBUF_CONTENT_TYPE`]).
@@ -37,11 +37,11 @@
 mod kinds;
 mod patch_meta;
 mod proto;
+pub(crate) mod schemas;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use k8s_openapi::schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha512};
 
@@ -314,6 +314,8 @@ fn gv_path(group: &str, version: &str) -> String {
 }
 
 fn index(registry: &Registry, custom: Option<CustomSchemas<'_>>) -> Value {
+    // Held so that building several documents decompresses the schemas once.
+    let _schemas = schemas::definitions();
     let mut paths = Map::new();
     for (group, version) in group_versions(registry) {
         if let Some(doc) = gv_document(registry, &group, &version, custom) {
@@ -335,6 +337,8 @@ fn v2(registry: &Registry, custom: Option<CustomSchemas<'_>>) -> Arc<V2Document>
     {
         return entry.doc.clone();
     }
+    // Held so that building several documents decompresses the schemas once.
+    let _schemas = schemas::definitions();
     let mut complete = true;
     let mut docs = Vec::new();
     for (group, version) in group_versions(registry) {
@@ -510,15 +514,17 @@ fn build_schemas(
     rows: &[ResourceInfo],
     custom: CustomSchemas<'_>,
 ) -> (Vec<String>, Map<String, Value>) {
-    let mut generator = SchemaSettings::openapi3().into_generator();
-    kinds::add_meta(&mut generator);
+    let mut roots: Vec<&str> = kinds::META.to_vec();
     let mut definitions = Vec::new();
     let mut custom_defs = Map::new();
-    let mut sub_kinds: BTreeSet<(&str, &str, &str, String)> = BTreeSet::new();
+    let mut sub_kinds: BTreeSet<(&str, &str, &str, &str)> = BTreeSet::new();
     for info in rows {
         let builtin = (!info.custom).then(|| kinds::find(&info.group, &info.version, &info.kind));
         let name = match builtin.flatten() {
-            Some(entry) => (entry.add)(&mut generator),
+            Some(entry) => {
+                roots.push(entry.definition);
+                entry.definition.to_string()
+            }
             None => {
                 let name = custom_definition_name(info);
                 let schema = custom_resource_schema(info, custom(info).as_ref());
@@ -531,11 +537,12 @@ fn build_schemas(
             if let Some((_, g, v, k)) = SUBRESOURCE_KINDS.iter().find(|(s, ..)| s == sub)
                 && let Some(entry) = kinds::find(g, v, k)
             {
-                sub_kinds.insert((g, v, k, (entry.add)(&mut generator)));
+                roots.push(entry.definition);
+                sub_kinds.insert((g, v, k, entry.definition));
             }
         }
     }
-    let mut schemas = generator.take_definitions(true);
+    let mut schemas = schemas::closure(&schemas::definitions(), roots);
     for schema in schemas.values_mut() {
         unrequire_metadata(schema);
     }
@@ -547,7 +554,7 @@ fn build_schemas(
         schemas.insert(format!("{name}List"), list_schema(name, info));
     }
     for (g, v, k, name) in &sub_kinds {
-        if let Some(schema) = schemas.get_mut(name) {
+        if let Some(schema) = schemas.get_mut(*name) {
             tag(schema, g, v, k);
         }
     }
@@ -1211,7 +1218,7 @@ fn resource_paths(paths: &mut BTreeMap<String, PathItem>, info: &ResourceInfo, d
                 let (body, sub_gvk) = match SUBRESOURCE_KINDS.iter().find(|(s, ..)| s == sub) {
                     Some((_, g, v, k)) => match kinds::find(g, v, k) {
                         Some(e) => (
-                            Body::Ref((e.name)()),
+                            Body::Ref(e.definition.to_string()),
                             (g.to_string(), v.to_string(), k.to_string()),
                         ),
                         None => continue,
@@ -1284,7 +1291,7 @@ fn resource_paths(paths: &mut BTreeMap<String, PathItem>, info: &ResourceInfo, d
                 let Some(e) = kinds::find(g, v, k) else {
                     continue;
                 };
-                let body = Body::Ref((e.name)());
+                let body = Body::Ref(e.definition.to_string());
                 let mut o = op(
                     "post",
                     id("create"),

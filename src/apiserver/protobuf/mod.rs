@@ -21,7 +21,7 @@
 //!    message, printing field names, nested message type names, `Option`s,
 //!    lists and maps. That text is parsed back into a small tree (`Dbg`).
 //! 3. The tree is walked alongside the JSON schema of the same kind from
-//!    `k8s-openapi` (its `schemars` implementation), which supplies the exact
+//!    `k8s-openapi` (generated at build time, `openapi::schemas`), which supplies the exact
 //!    JSON field names (`podIP`, `hostIPC`, `$ref`, `x-kubernetes-...`), which
 //!    fields are `bytes` (base64 in JSON) and which fields are required.
 //!    Well-known message types (`Time`, `MicroTime`, `Duration`, `Quantity`,
@@ -42,8 +42,9 @@ use std::fmt::Write as _;
 use std::sync::OnceLock;
 
 use base64::Engine as _;
-use k8s_openapi::schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{Map, Number, Value};
+
+use super::openapi::schemas;
 
 /// The media type of Kubernetes protobuf bodies.
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
@@ -239,18 +240,14 @@ struct KindEntry {
     api_version: &'static str,
     kind: &'static str,
     decode: fn(&[u8]) -> Result<String, prost::DecodeError>,
-    schema: fn(&mut SchemaGenerator) -> String,
+    /// Its definition name in the OpenAPI schemas.
+    schema: &'static str,
 }
 
 fn print_message<M: prost::Message + Default + std::fmt::Debug>(
     raw: &[u8],
 ) -> Result<String, prost::DecodeError> {
     M::decode(raw).map(|message| format!("{message:?}"))
-}
-
-fn register_schema<S: JsonSchema>(generator: &mut SchemaGenerator) -> String {
-    generator.subschema_for::<S>();
-    S::schema_name().into_owned()
 }
 
 /// An entry for a kind of `k8s.io/api`, which both crates mirror under
@@ -261,7 +258,14 @@ macro_rules! api_kind {
             api_version: $api_version,
             kind: stringify!($kind),
             decode: print_message::<k8s_pb::api::$group::$version::$kind>,
-            schema: register_schema::<k8s_openapi::api::$group::$version::$kind>,
+            schema: concat!(
+                "io.k8s.api.",
+                stringify!($group),
+                ".",
+                stringify!($version),
+                ".",
+                stringify!($kind)
+            ),
         }
     };
 }
@@ -317,44 +321,76 @@ static KINDS: &[KindEntry] = &[
     api_kind!("storage.k8s.io/v1", storage::v1::CSIStorageCapacity),
     api_kind!("storage.k8s.io/v1", storage::v1::VolumeAttachment),
     api_kind!("node.k8s.io/v1", node::v1::RuntimeClass),
-    api_kind!("certificates.k8s.io/v1", certificates::v1::CertificateSigningRequest),
+    api_kind!(
+        "certificates.k8s.io/v1",
+        certificates::v1::CertificateSigningRequest
+    ),
     api_kind!("authentication.k8s.io/v1", authentication::v1::TokenRequest),
     api_kind!("authentication.k8s.io/v1", authentication::v1::TokenReview),
-    api_kind!("authentication.k8s.io/v1", authentication::v1::SelfSubjectReview),
-    api_kind!("authorization.k8s.io/v1", authorization::v1::SubjectAccessReview),
-    api_kind!("authorization.k8s.io/v1", authorization::v1::SelfSubjectAccessReview),
-    api_kind!("authorization.k8s.io/v1", authorization::v1::LocalSubjectAccessReview),
-    api_kind!("authorization.k8s.io/v1", authorization::v1::SelfSubjectRulesReview),
-    api_kind!("admissionregistration.k8s.io/v1", admissionregistration::v1::MutatingWebhookConfiguration),
-    api_kind!("admissionregistration.k8s.io/v1", admissionregistration::v1::ValidatingWebhookConfiguration),
-    api_kind!("admissionregistration.k8s.io/v1", admissionregistration::v1::ValidatingAdmissionPolicy),
-    api_kind!("admissionregistration.k8s.io/v1", admissionregistration::v1::ValidatingAdmissionPolicyBinding),
-    api_kind!("flowcontrol.apiserver.k8s.io/v1", flowcontrol::v1::FlowSchema),
-    api_kind!("flowcontrol.apiserver.k8s.io/v1", flowcontrol::v1::PriorityLevelConfiguration),
+    api_kind!(
+        "authentication.k8s.io/v1",
+        authentication::v1::SelfSubjectReview
+    ),
+    api_kind!(
+        "authorization.k8s.io/v1",
+        authorization::v1::SubjectAccessReview
+    ),
+    api_kind!(
+        "authorization.k8s.io/v1",
+        authorization::v1::SelfSubjectAccessReview
+    ),
+    api_kind!(
+        "authorization.k8s.io/v1",
+        authorization::v1::LocalSubjectAccessReview
+    ),
+    api_kind!(
+        "authorization.k8s.io/v1",
+        authorization::v1::SelfSubjectRulesReview
+    ),
+    api_kind!(
+        "admissionregistration.k8s.io/v1",
+        admissionregistration::v1::MutatingWebhookConfiguration
+    ),
+    api_kind!(
+        "admissionregistration.k8s.io/v1",
+        admissionregistration::v1::ValidatingWebhookConfiguration
+    ),
+    api_kind!(
+        "admissionregistration.k8s.io/v1",
+        admissionregistration::v1::ValidatingAdmissionPolicy
+    ),
+    api_kind!(
+        "admissionregistration.k8s.io/v1",
+        admissionregistration::v1::ValidatingAdmissionPolicyBinding
+    ),
+    api_kind!(
+        "flowcontrol.apiserver.k8s.io/v1",
+        flowcontrol::v1::FlowSchema
+    ),
+    api_kind!(
+        "flowcontrol.apiserver.k8s.io/v1",
+        flowcontrol::v1::PriorityLevelConfiguration
+    ),
     KindEntry {
         api_version: "apiextensions.k8s.io/v1",
         kind: "CustomResourceDefinition",
         decode: print_message::<
             k8s_pb::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
         >,
-        schema: register_schema::<
-            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-        >,
+        schema: "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
     },
     KindEntry {
         api_version: "apiregistration.k8s.io/v1",
         kind: "APIService",
         decode: print_message::<k8s_pb::kube_aggregator::pkg::apis::apiregistration::v1::APIService>,
-        schema: register_schema::<
-            k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService,
-        >,
+        schema: "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIService",
     },
     // Sent under the apiVersion of whichever group the request is for.
     KindEntry {
         api_version: "",
         kind: "DeleteOptions",
         decode: print_message::<k8s_pb::apimachinery::pkg::apis::meta::v1::DeleteOptions>,
-        schema: register_schema::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>,
+        schema: "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
     },
 ];
 
@@ -564,12 +600,8 @@ fn registry() -> &'static Registry {
 }
 
 fn build_registry() -> Registry {
-    let mut generator = SchemaGenerator::default();
-    let root_names: Vec<String> = KINDS
-        .iter()
-        .map(|entry| (entry.schema)(&mut generator))
-        .collect();
-    let definitions = generator.take_definitions(false);
+    let root_names: Vec<&str> = KINDS.iter().map(|entry| entry.schema).collect();
+    let definitions = schemas::closure(&schemas::definitions(), root_names.iter().copied());
     let index: HashMap<&str, usize> = definitions
         .keys()
         .enumerate()
@@ -609,7 +641,7 @@ fn build_registry() -> Registry {
     }
     let roots = root_names
         .iter()
-        .map(|name| index.get(name.as_str()).copied())
+        .map(|name| index.get(name).copied())
         .collect();
     Registry {
         defs,
