@@ -65,9 +65,27 @@ const VOLUME_SOURCES: [&str; 30] = [
 ];
 
 pub fn validate_pod(new: &Value, old: Option<&Value>, errs: &mut ErrorList) {
-    validate_pod_spec(new.get("spec"), &Path::new("spec"), &HashSet::new(), errs);
-    if let Some(old) = old {
-        validate_pod_update(new, old, errs);
+    let spec_path = Path::new("spec");
+    validate_pod_spec(new.get("spec"), &spec_path, &HashSet::new(), errs);
+    match old {
+        Some(old) => validate_pod_update(new, old, errs),
+        None => {
+            // What only a create refuses (kube's ValidatePodCreate).
+            if !array(new.pointer("/spec/ephemeralContainers")).is_empty() {
+                errs.push(field::forbidden(
+                    &spec_path.child("ephemeralContainers"),
+                    "cannot be set on create",
+                ));
+            }
+            if !str_of(new.pointer("/spec/nodeName")).is_empty()
+                && !array(new.pointer("/spec/schedulingGates")).is_empty()
+            {
+                errs.push(field::forbidden(
+                    &spec_path.child("nodeName"),
+                    "cannot be set until all schedulingGates have been cleared",
+                ));
+            }
+        }
     }
 }
 
@@ -231,6 +249,20 @@ pub fn validate_pod_spec(
     }
     if let Some(context) = spec.get("securityContext").filter(|v| !v.is_null()) {
         validate_pod_security_context(context, &path.child("securityContext"), errs);
+    }
+    for (i, gate) in array(spec.get("readinessGates")).iter().enumerate() {
+        let condition = str_of(gate.get("conditionType"));
+        errs.extend(field::invalid_each(
+            &path.child("readinessGates").index(i).child("conditionType"),
+            condition,
+            names::qualified_name(condition),
+        ));
+    }
+    if let Some(overhead) = spec.get("overhead").filter(|v| !v.is_null()) {
+        // As kube: the resource-requirements check on `{limits: overhead}`, so its
+        // paths read `spec.overhead.limits[...]`.
+        let as_limits = serde_json::json!({ "limits": overhead });
+        validate_resources(&as_limits, &path.child("overhead"), errs);
     }
 }
 

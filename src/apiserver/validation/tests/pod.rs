@@ -853,6 +853,56 @@ fn spec_cases() -> Vec<Case> {
                 "Invalid value: \"a b\": a lowercase RFC 1123 subdomain",
             )],
         ),
+        ok(
+            "readiness gate with a qualified condition type",
+            with_spec(json!({"readinessGates": [{"conditionType": "example.com/feature-1"}]})),
+        ),
+        bad(
+            "readiness gate condition type not a qualified name",
+            with_spec(json!({"readinessGates": [{"conditionType": "bad type!"}]})),
+            vec![(
+                "spec.readinessGates[0].conditionType",
+                "Invalid value: \"bad type!\": name part must consist of alphanumeric characters",
+            )],
+        ),
+        ok(
+            "overhead with standard resources",
+            with_spec(json!({"overhead": {"cpu": "250m", "memory": "120Mi"}})),
+        ),
+        bad(
+            "overhead with a negative quantity",
+            with_spec(json!({"overhead": {"cpu": "-1"}})),
+            vec![(
+                "spec.overhead.limits[cpu]",
+                "Invalid value: \"-1\": must be greater than or equal to 0",
+            )],
+        ),
+        bad(
+            "overhead with a resource that is not a container resource",
+            with_spec(json!({"overhead": {"pods": "1"}})),
+            vec![(
+                "spec.overhead.limits[pods]",
+                "Invalid value: \"pods\": must be a standard resource for containers",
+            )],
+        ),
+        bad(
+            "ephemeral containers on create",
+            with_spec(json!({"ephemeralContainers": [{"name": "debug", "image": "busybox"}]})),
+            vec![(
+                "spec.ephemeralContainers",
+                "Forbidden: cannot be set on create",
+            )],
+        ),
+        bad(
+            "nodeName with scheduling gates on create",
+            with_spec(
+                json!({"nodeName": "node-1", "schedulingGates": [{"name": "example.com/wait"}]}),
+            ),
+            vec![(
+                "spec.nodeName",
+                "Forbidden: cannot be set until all schedulingGates have been cleared",
+            )],
+        ),
         bad(
             "activeDeadlineSeconds zero",
             with_spec(json!({"activeDeadlineSeconds": 0})),
