@@ -12,6 +12,7 @@ pub mod dns;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod informer;
+pub mod kube_client;
 pub mod kubelet;
 pub mod names;
 pub mod network;

@@ -30,7 +30,6 @@ use k8s_openapi::api::core::v1::Node;
 
 use crate::cli::node_config::NodeConfig;
 use crate::cli::notify::Notifier;
-use crate::pki;
 
 pub use join::{JoinError, JoinOptions, NodeCredentials};
 
@@ -157,20 +156,12 @@ async fn credentials(
 
 /// A kube client authenticated as the node (`system:node:<name>`).
 pub async fn node_client(credentials: &NodeCredentials) -> anyhow::Result<kube::Client> {
-    let yaml = pki::render_kubeconfig(
+    crate::kube_client::with_certificate(
         &credentials.server,
         &credentials.server_ca_pem,
         &credentials.client,
-    )?;
-    let kubeconfig =
-        kube::config::Kubeconfig::from_yaml(&yaml).context("parsing the node kubeconfig")?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
     )
-    .await
-    .context("loading the node kubeconfig")?;
-    kube::Client::try_from(config).context("building the node's API client")
+    .context("building the node's API client")
 }
 
 /// Starts (or connects to) the container runtime. With `--container-runtime-endpoint` the

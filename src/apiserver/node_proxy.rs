@@ -16,9 +16,7 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, Method, Request, StatusCode, header};
 use hyper::body::Incoming;
-use rustls::RootCertStore;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use serde_json::Value;
 
 use super::AppState;
@@ -43,25 +41,9 @@ const SUBRESOURCES: [&str; 4] = ["log", "exec", "attach", "portforward"];
 
 /// A TLS client configuration for dialling kubelets.
 pub fn tls_config(config: &KubeletClientConfig) -> anyhow::Result<Arc<rustls::ClientConfig>> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = RootCertStore::empty();
-    for ca in CertificateDer::pem_slice_iter(config.ca_pem.as_bytes()) {
-        roots
-            .add(ca.context("parsing the kubelet CA")?)
-            .context("adding the kubelet CA")?;
-    }
-    let certs: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(config.cert_pem.as_bytes())
-            .collect::<Result<_, _>>()
-            .context("parsing the kubelet-client certificate")?;
-    let key = PrivateKeyDer::from_pem_slice(config.key_pem.as_bytes())
-        .context("parsing the kubelet-client key")?;
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("choosing TLS versions")?
-        .with_root_certificates(roots)
-        .with_client_auth_cert(certs, key)
-        .context("loading the kubelet-client certificate")?;
+    let mut tls =
+        crate::kube_client::mutual_tls_config(&config.ca_pem, &config.cert_pem, &config.key_pem)
+            .context("the kubelet-client TLS configuration")?;
     // Upgrades are HTTP/1.1 only.
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(tls))

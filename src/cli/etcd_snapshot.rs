@@ -192,14 +192,10 @@ async fn call<B: Serialize, T: serde::de::DeserializeOwned>(
     body: &B,
 ) -> anyhow::Result<T> {
     let kubeconfig = common.kubeconfig.as_deref().unwrap_or(DEFAULT_KUBECONFIG);
-    let parsed = kube::config::Kubeconfig::read_from(kubeconfig).with_context(|| {
-        format!("reading the admin kubeconfig {kubeconfig} (is k3rs server installed here? use --kubeconfig)")
-    })?;
-    let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
-        .await
-        .with_context(|| format!("loading {kubeconfig}"))?;
-    let url = config.cluster_url.to_string();
-    let client = kube::Client::try_from(config).context("building the API client")?;
+    let (client, url) = crate::kube_client::from_kubeconfig_file(std::path::Path::new(kubeconfig))
+        .with_context(|| {
+            format!("reading the admin kubeconfig {kubeconfig} (is k3rs server installed here? use --kubeconfig)")
+        })?;
     let request = http::Request::post(format!("{}{action}", snapshots::API_PREFIX))
         .header("content-type", "application/json")
         .body(serde_json::to_vec(body)?)

@@ -364,16 +364,8 @@ async fn issued_client(
     issued: &pki::IssuedCert,
     url: &str,
 ) -> anyhow::Result<kube::Client> {
-    let yaml = pki::render_kubeconfig(url, prepared.pki.server_ca().cert_pem(), issued)?;
-    let kubeconfig =
-        kube::config::Kubeconfig::from_yaml(&yaml).context("parsing the component kubeconfig")?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .context("loading the component kubeconfig")?;
-    kube::Client::try_from(config).context("building the component client")
+    crate::kube_client::with_certificate(url, prepared.pki.server_ca().cert_pem(), issued)
+        .context("building the component client")
 }
 
 pub(crate) async fn wait_for_signal() {
