@@ -179,6 +179,7 @@ fn cases() -> Vec<Case> {
 #[test]
 fn invalid_manifests_print_kubes_errors() {
     let server = Server::start();
+    server.wait_default_service_account("default");
     let kubectl = Path::new("kubectl");
     let mut failures = Vec::new();
     for case in cases() {
@@ -209,6 +210,7 @@ fn invalid_manifests_print_kubes_errors() {
 #[test]
 fn pod_spec_changes_are_refused_on_apply() {
     let server = Server::start();
+    server.wait_default_service_account("default");
     let kubectl = Path::new("kubectl");
     let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: fixed\nspec:\n  containers:\n  - name: c\n    image: busybox\n    command: [sleep, \"3600\"]\n";
     let out = server.kubectl_with(kubectl, &["apply", "-f", "-"], Some(pod));

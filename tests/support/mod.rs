@@ -134,6 +134,25 @@ impl Server {
         kube::Client::try_from(config).expect("client")
     }
 
+    /// Waits until the controllers have created the `default` ServiceAccount of `namespace`:
+    /// until then kube's ServiceAccount admission refuses every Pod there (Forbidden), before
+    /// validation could speak.
+    pub fn wait_default_service_account(&self, namespace: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = self.kubectl_quiet(&["get", "serviceaccount", "default", "-n", namespace]);
+            if out.status.success() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no default ServiceAccount in {namespace} after 30 s:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn url(&self) -> String {
         format!("https://127.0.0.1:{}", self.port)
     }
