@@ -7,6 +7,8 @@
 //!   (see [`COMPONENT_CLIENTS`]);
 //! - `<data-dir>/server/token` and `node-token`: `K10<sha256 of server-ca.crt>::server:<secret>`;
 //! - kubeconfig files (`--write-kubeconfig`) embedding a client certificate;
+//! - [`bootstrap`]: the CA and key set every server of one cluster shares, as JSON and
+//!   in its token-encrypted form;
 //! - [`insecure`]: the one verifier for the few places that must not verify a server.
 //!
 //! Private keys are written with mode 0600 and every write is atomic (temp file in the same
@@ -15,6 +17,7 @@
 //! Owns certificate material and kubeconfig files only: it serves nothing, parses no flags,
 //! and never touches `store`.
 
+pub mod bootstrap;
 mod ca;
 pub mod files;
 pub mod insecure;
@@ -109,6 +112,12 @@ pub enum PkiError {
     /// Serializing a kubeconfig failed.
     #[error("cannot serialize kubeconfig")]
     Kubeconfig(#[source] serde_yaml::Error),
+    /// Bootstrap data (from a peer or the store) is not what it must be.
+    #[error("invalid bootstrap data: {0}")]
+    InvalidBootstrap(String),
+    /// The stored bootstrap data does not open with this token (k3s's words).
+    #[error("bootstrap data already found and encrypted with different token")]
+    BootstrapTokenMismatch,
 }
 
 impl PkiError {
