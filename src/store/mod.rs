@@ -19,6 +19,7 @@ mod durability;
 mod error;
 mod log_store;
 mod node;
+pub mod peer_wire;
 mod reader;
 mod snapshot;
 pub mod transport;
