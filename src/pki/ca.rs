@@ -184,16 +184,26 @@ impl CertificateAuthority {
         let mut params = leaf_params(common_name);
         params.key_usages.push(KeyUsagePurpose::KeyEncipherment);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        for name in sans.dns_names() {
-            let name = name
-                .to_string()
-                .try_into()
-                .map_err(|e| PkiError::generate(format!("{what} (SAN {name:?})"), e))?;
-            params.subject_alt_names.push(SanType::DnsName(name));
-        }
-        for ip in sans.ips() {
-            params.subject_alt_names.push(SanType::IpAddress(ip));
-        }
+        add_sans(&mut params, sans, &what)?;
+        self.sign(params, &what)
+    }
+
+    /// Issues a raft peer certificate (1 year) named `common_name` for `sans`, valid both
+    /// for serving the peer port and as a client of other members' (k3s's
+    /// `peer-server-client.crt`).
+    pub fn issue_peer_cert(
+        &self,
+        common_name: &str,
+        sans: &ServingSans,
+    ) -> Result<IssuedCert, PkiError> {
+        let what = format!("peer certificate {common_name:?}");
+        let mut params = leaf_params(common_name);
+        params.key_usages.push(KeyUsagePurpose::KeyEncipherment);
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        add_sans(&mut params, sans, &what)?;
         self.sign(params, &what)
     }
 
@@ -207,6 +217,26 @@ impl CertificateAuthority {
             key_pem: key.serialize_pem(),
         })
     }
+}
+
+/// Puts `sans` into the subject alternative names of `params` (`what` names the
+/// certificate in errors).
+fn add_sans(
+    params: &mut CertificateParams,
+    sans: &ServingSans,
+    what: &str,
+) -> Result<(), PkiError> {
+    for name in sans.dns_names() {
+        let name = name
+            .to_string()
+            .try_into()
+            .map_err(|e| PkiError::generate(format!("{what} (SAN {name:?})"), e))?;
+        params.subject_alt_names.push(SanType::DnsName(name));
+    }
+    for ip in sans.ips() {
+        params.subject_alt_names.push(SanType::IpAddress(ip));
+    }
+    Ok(())
 }
 
 fn leaf_params(common_name: &str) -> CertificateParams {

@@ -89,7 +89,15 @@ pub struct ServerPkiOptions {
     pub kubelet_node: Option<String>,
     /// The addresses `serving-kubelet` must cover besides the loopback ones.
     pub kubelet_ips: Vec<std::net::IpAddr>,
+    /// Issue the raft peer certificate (`etcd/peer-server-client`) for these names (a
+    /// clustered server); the peer CA is created either way.
+    pub peer: Option<(String, ServingSans)>,
 }
+
+/// Stem of the raft peer CA (k3s: `server/tls/etcd/peer-ca.crt`).
+pub const PEER_CA: &str = "etcd/peer-ca";
+/// Stem of this server's raft peer certificate, for serving and as a client.
+pub const PEER_CERT: &str = "etcd/peer-server-client";
 
 /// The server's certificate material, loaded or created by [`ServerPki::ensure`].
 #[derive(Debug)]
@@ -100,6 +108,8 @@ pub struct ServerPki {
     serving: IssuedCert,
     admin: IssuedCert,
     clients: BTreeMap<String, IssuedCert>,
+    peer_ca: CertificateAuthority,
+    peer: Option<IssuedCert>,
 }
 
 impl ServerPki {
@@ -115,8 +125,28 @@ impl ServerPki {
         let (client_ca, created) =
             CertificateAuthority::load_or_generate(tls_dir, CLIENT_CA, "k3rs-client-ca")?;
         log_ca(tls_dir, CLIENT_CA, created);
+        files::create_private_dir(&tls_dir.join("etcd"))?;
+        let (peer_ca, created) =
+            CertificateAuthority::load_or_generate(tls_dir, PEER_CA, "k3rs-peer-ca")?;
+        log_ca(tls_dir, PEER_CA, created);
 
         let now = unix_now();
+        let peer = match &options.peer {
+            None => None,
+            Some((name, sans)) => Some(ensure_leaf(
+                tls_dir,
+                PEER_CERT,
+                &peer_ca,
+                now,
+                &|info| {
+                    let present = ServingSans::from_parts(&info.dns_names, &info.ips);
+                    let missing = sans.missing_from(&present);
+                    (!missing.is_empty())
+                        .then(|| format!("SANs do not cover {}", missing.join(",")))
+                },
+                &|| peer_ca.issue_peer_cert(name, sans),
+            )?),
+        };
         let serving = ensure_leaf(
             tls_dir,
             SERVING_APISERVER,
@@ -192,7 +222,19 @@ impl ServerPki {
             serving,
             admin,
             clients,
+            peer_ca,
+            peer,
         })
+    }
+
+    /// The raft peer CA.
+    pub fn peer_ca(&self) -> &CertificateAuthority {
+        &self.peer_ca
+    }
+
+    /// This server's raft peer certificate, if it was asked for.
+    pub fn peer(&self) -> Option<&IssuedCert> {
+        self.peer.as_ref()
     }
 
     /// The TLS directory.
@@ -371,6 +413,7 @@ mod tests {
             ),
             kubelet_node: Some("node-a".to_string()),
             kubelet_ips: Vec::new(),
+            peer: None,
         }
     }
 
@@ -463,7 +506,39 @@ mod tests {
                 assert_eq!(mode, want, "{name}");
             }
         }
-        assert_eq!(names.len(), 22, "{names:?}");
+        // The 22 files above and `etcd/`, which holds the raft peer CA.
+        assert_eq!(names.len(), 23, "{names:?}");
+        let mut peer: Vec<String> = std::fs::read_dir(dir.path().join("etcd"))
+            .expect("etcd dir")
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        peer.sort();
+        assert_eq!(peer, ["peer-ca.crt", "peer-ca.key"]);
+    }
+
+    #[test]
+    fn a_clustered_server_gets_a_peer_certificate_of_the_peer_ca() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut sans = ServingSans::new();
+        sans.add("10.0.0.2");
+        sans.add("node-a");
+        let mut opts = options(&[]);
+        opts.peer = Some(("node-a".to_string(), sans.clone()));
+        let pki = ServerPki::ensure(dir.path(), &opts).expect("generate");
+        let peer = pki.peer().expect("peer certificate");
+        assert!(pki.peer_ca().issued(&peer.cert_pem));
+        assert!(!pki.server_ca().issued(&peer.cert_pem));
+        let i = info(&peer.cert_pem);
+        assert!(i.ips.contains(&"10.0.0.2".parse().expect("ip")));
+        // Reused on the next start; re-issued when the address changes.
+        let again = ServerPki::ensure(dir.path(), &opts).expect("again");
+        assert_eq!(again.peer(), Some(peer));
+        sans.add("10.0.0.3");
+        opts.peer = Some(("node-a".to_string(), sans));
+        let moved = ServerPki::ensure(dir.path(), &opts).expect("moved");
+        assert_ne!(moved.peer(), Some(peer));
+        assert_eq!(moved.peer_ca().cert_pem(), pki.peer_ca().cert_pem());
     }
 
     #[test]

@@ -173,16 +173,22 @@ mod tests {
         conf_entry.index = 11;
         conf_entry.term = 2;
         conf_entry.data = cc.write_to_bytes().expect("encode").into();
-        let mut normal = Entry::default();
-        normal.index = 12;
-        normal.term = 2;
         // Normal entry data is opaque: bytes that look like a group must pass.
-        normal.data = vec![0x0b, 0x0c, 0xff, 0x03].into();
-        let mut snapshot = Snapshot::default();
-        snapshot.data = vec![0x0b; 5].into();
-        let mut conf = ConfState::default();
-        conf.voters = vec![1, 2, 3];
-        conf.learners = vec![7];
+        let normal = Entry {
+            index: 12,
+            term: 2,
+            data: vec![0x0b, 0x0c, 0xff, 0x03].into(),
+            ..Default::default()
+        };
+        let mut snapshot = Snapshot {
+            data: vec![0x0b; 5].into(),
+            ..Default::default()
+        };
+        let conf = ConfState {
+            voters: vec![1, 2, 3],
+            learners: vec![7],
+            ..Default::default()
+        };
         snapshot.mut_metadata().set_conf_state(conf);
         snapshot.mut_metadata().index = 10;
         let mut m = Message::default();
@@ -228,8 +234,10 @@ mod tests {
             PeerWireError::Refused("protobuf groups are not accepted")
         );
         // Inside an entry, a snapshot's metadata, and a conf change's data.
-        let mut entry = Entry::default();
-        entry.index = 1;
+        let entry = Entry {
+            index: 1,
+            ..Default::default()
+        };
         let mut entry_bytes = entry.write_to_bytes().expect("encode");
         entry_bytes.extend(nested_groups(3));
         let mut outer = Vec::new();

@@ -1,13 +1,50 @@
 //! The seam between the raft group and the network. The driver hands every outgoing
 //! raft message (appends, votes, heartbeats, snapshots) to a `Transport`; incoming
-//! ones arrive through `Store::receive_raft_message`. A one-member group has no
-//! peers, so `NoPeers` is the only transport until servers can join.
+//! ones arrive through `Store::receive_raft_message`. What the transport learns about
+//! delivery goes back to raft through [`PeerFeedback`]. A one-member group uses
+//! `NoPeers`; a group of servers uses [`super::peers::PeerNetwork`].
+
+use std::net::SocketAddr;
+use std::sync::mpsc;
 
 use raft::eraftpb::Message;
+
+use super::Input;
 
 /// Delivers raft messages to other members. Must not block: queue and return.
 pub trait Transport: Send {
     fn send(&mut self, messages: Vec<Message>);
+
+    /// Called once, before the first `send`, with the way back to raft.
+    fn attach(&mut self, _feedback: PeerFeedback) {}
+
+    /// The members' peer addresses (this member's own included), after every
+    /// membership change and at start.
+    fn set_peers(&mut self, _peers: &[(u64, SocketAddr)]) {}
+}
+
+/// What a transport tells raft about delivery: raft-rs must hear that a peer is
+/// unreachable (to stop streaming to it) and how every snapshot send ended (or the
+/// follower stays in snapshot state until the next election).
+#[derive(Clone)]
+pub struct PeerFeedback {
+    inputs: mpsc::Sender<Input>,
+}
+
+impl PeerFeedback {
+    pub(crate) fn new(inputs: mpsc::Sender<Input>) -> PeerFeedback {
+        PeerFeedback { inputs }
+    }
+
+    /// Nothing reached `peer`; `snapshot` if a snapshot was among what was lost.
+    pub fn unreachable(&self, peer: u64, snapshot: bool) {
+        let _ = self.inputs.send(Input::Unreachable { peer, snapshot });
+    }
+
+    /// A snapshot was written out to `peer` completely.
+    pub fn snapshot_finished(&self, peer: u64) {
+        let _ = self.inputs.send(Input::SnapshotSent { peer });
+    }
 }
 
 /// The transport of a one-member group: there is nobody to talk to.

@@ -1,0 +1,563 @@
+//! Raft traffic between members over mutual TLS, on the peer port (2380 by default).
+//!
+//! Sending: [`PeerNetwork`] is the driver's [`Transport`]. Each peer has a bounded queue and
+//! one task owning one TLS connection to it; the task takes everything queued (a batch),
+//! writes it as frames and flushes once, so a busy leader sends few large writes. A full
+//! queue drops messages (raft retransmits what matters; a dropped snapshot is reported as
+//! failed). A failed connect or write reports the peer unreachable to raft, which then
+//! probes it instead of streaming appends, and fails any snapshot of the batch; a snapshot
+//! written out completely is reported finished — raft-rs leaves a follower in snapshot
+//! state forever unless one of the two is reported.
+//!
+//! Receiving: [`serve`] accepts connections whose client certificate the peer CA signed,
+//! reads frames (each bounded), checks and decodes them ([`super::peer_wire`]) and steps
+//! them into the local member. A connection that sends anything malformed is closed.
+//!
+//! The wire: a connection starts with [`PREAMBLE`]; then frames of a 4-byte big-endian
+//! length and that many bytes of an encoded `eraftpb::Message`, at most
+//! [`MAX_FRAME_BYTES`] each.
+//!
+//! Owns the peer sockets and queues; reaches the store only through
+//! [`Store::receive_raft_message`] (through [`store_sink`]) and the driver's feedback
+//! inputs.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use raft::eraftpb::{Message, MessageType};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+use super::Store;
+use super::peer_wire;
+use super::transport::{PeerFeedback, Transport};
+
+/// The first bytes of every peer connection: protocol and version.
+pub const PREAMBLE: &[u8; 8] = b"K3RSRFT1";
+/// The largest frame accepted. A snapshot travels in one message today, so this bounds the
+/// size of a store a new member can receive.
+pub const MAX_FRAME_BYTES: usize = 512 << 20;
+/// Messages that may wait for one peer; more are dropped.
+const QUEUE_LEN: usize = 4096;
+/// Most messages written per flush.
+const BATCH_LEN: usize = 512;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A snapshot of this size gets this much extra time to be written, per MiB.
+const WRITE_TIMEOUT_PER_MIB: Duration = Duration::from_millis(100);
+/// After a failed connect, wait this long before trying again (messages meanwhile are
+/// dropped and the peer reported unreachable).
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(200);
+
+/// TLS settings of the peer port: both sides present a certificate of the peer CA.
+#[derive(Clone)]
+pub struct PeerTls {
+    pub client: Arc<rustls::ClientConfig>,
+    pub server: Arc<rustls::ServerConfig>,
+}
+
+impl PeerTls {
+    /// Both sides from PEM: the peer CA and this member's peer certificate and key (one
+    /// certificate valid for serving and as a client).
+    pub fn from_pem(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<PeerTls, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+            let cert = cert.map_err(|e| format!("parsing the peer CA: {e}"))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("adding the peer CA: {e}"))?;
+        }
+        let roots = Arc::new(roots);
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("parsing the peer certificate: {e}"))?;
+        let key = || {
+            PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+                .map_err(|e| format!("parsing the peer key: {e}"))
+        };
+        let client = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS versions: {e}"))?
+            .with_root_certificates(roots.clone())
+            .with_client_auth_cert(chain.clone(), key()?)
+            .map_err(|e| format!("the peer certificate as a client: {e}"))?;
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider.clone())
+                .build()
+                .map_err(|e| format!("the peer client verifier: {e}"))?;
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS versions: {e}"))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key()?)
+            .map_err(|e| format!("the peer certificate as a server: {e}"))?;
+        Ok(PeerTls {
+            client: Arc::new(client),
+            server: Arc::new(server),
+        })
+    }
+}
+
+/// The sending half: one queue and task per peer, created when a peer's address is known.
+pub struct PeerNetwork {
+    runtime: tokio::runtime::Handle,
+    connector: tokio_rustls::TlsConnector,
+    local_id: u64,
+    /// The address outgoing connections come from (the member's own peer address), so
+    /// that peers, firewalls and tests see one address per member.
+    source: Option<std::net::IpAddr>,
+    addresses: HashMap<u64, SocketAddr>,
+    queues: HashMap<u64, PeerQueue>,
+    feedback: Option<PeerFeedback>,
+}
+
+struct PeerQueue {
+    address: SocketAddr,
+    sender: mpsc::Sender<Message>,
+}
+
+impl PeerNetwork {
+    pub fn new(runtime: tokio::runtime::Handle, tls: &PeerTls, local_id: u64) -> PeerNetwork {
+        PeerNetwork {
+            runtime,
+            connector: tokio_rustls::TlsConnector::from(tls.client.clone()),
+            local_id,
+            source: None,
+            addresses: HashMap::new(),
+            queues: HashMap::new(),
+            feedback: None,
+        }
+    }
+
+    /// Connects to peers from `ip` (this member's advertised peer address).
+    pub fn with_source(mut self, ip: std::net::IpAddr) -> PeerNetwork {
+        self.source = Some(ip);
+        self
+    }
+
+    fn queue_for(&mut self, to: u64) -> Option<&PeerQueue> {
+        let address = *self.addresses.get(&to)?;
+        let stale = self
+            .queues
+            .get(&to)
+            .is_some_and(|q| q.address != address || q.sender.is_closed());
+        if stale {
+            self.queues.remove(&to);
+        }
+        if !self.queues.contains_key(&to) {
+            let feedback = self.feedback.clone()?;
+            let (sender, receiver) = mpsc::channel(QUEUE_LEN);
+            let worker = PeerWorker {
+                peer: to,
+                address,
+                source: self.source,
+                connector: self.connector.clone(),
+                feedback,
+            };
+            self.runtime.spawn(worker.run(receiver));
+            self.queues.insert(to, PeerQueue { address, sender });
+        }
+        self.queues.get(&to)
+    }
+}
+
+impl Transport for PeerNetwork {
+    fn attach(&mut self, feedback: PeerFeedback) {
+        self.feedback = Some(feedback);
+    }
+
+    fn set_peers(&mut self, peers: &[(u64, SocketAddr)]) {
+        self.addresses = peers
+            .iter()
+            .filter(|(id, _)| *id != self.local_id)
+            .copied()
+            .collect();
+        // Dropping a queue's sender ends its task once the queue is drained.
+        let addresses = &self.addresses;
+        self.queues
+            .retain(|id, q| addresses.get(id) == Some(&q.address));
+    }
+
+    fn send(&mut self, messages: Vec<Message>) {
+        for message in messages {
+            let to = message.to;
+            let is_snapshot = message.get_msg_type() == MessageType::MsgSnapshot;
+            let feedback = self.feedback.clone();
+            let Some(queue) = self.queue_for(to) else {
+                tracing::debug!(peer = to, "no address for raft peer; message dropped");
+                if let Some(feedback) = feedback {
+                    feedback.unreachable(to, is_snapshot);
+                }
+                continue;
+            };
+            if let Err(e) = queue.sender.try_send(message) {
+                let full = matches!(e, mpsc::error::TrySendError::Full(_));
+                tracing::debug!(peer = to, full, "raft peer queue refused a message");
+                if let Some(feedback) = feedback {
+                    feedback.unreachable(to, is_snapshot);
+                }
+            }
+        }
+    }
+}
+
+/// The task that owns the connection to one peer.
+struct PeerWorker {
+    peer: u64,
+    address: SocketAddr,
+    source: Option<std::net::IpAddr>,
+    connector: tokio_rustls::TlsConnector,
+    feedback: PeerFeedback,
+}
+
+type PeerStream = tokio_rustls::client::TlsStream<TcpStream>;
+
+impl PeerWorker {
+    async fn run(self, mut queue: mpsc::Receiver<Message>) {
+        let mut connection: Option<PeerStream> = None;
+        let mut last_failure: Option<Instant> = None;
+        let mut reported_down = false;
+        while let Some(first) = queue.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < BATCH_LEN {
+                match queue.try_recv() {
+                    Ok(message) => batch.push(message),
+                    Err(_) => break,
+                }
+            }
+            if connection.is_none() {
+                let backing_off = last_failure.is_some_and(|t| t.elapsed() < RECONNECT_BACKOFF);
+                if !backing_off {
+                    match self.connect().await {
+                        Ok(stream) => {
+                            if reported_down {
+                                tracing::info!(peer = self.peer, address = %self.address, "raft peer reachable again");
+                                reported_down = false;
+                            }
+                            connection = Some(stream);
+                        }
+                        Err(e) => {
+                            last_failure = Some(Instant::now());
+                            if !reported_down {
+                                tracing::warn!(peer = self.peer, address = %self.address, error = %e, "raft peer unreachable");
+                                reported_down = true;
+                            }
+                        }
+                    }
+                }
+            }
+            let Some(stream) = connection.as_mut() else {
+                self.fail(&batch);
+                continue;
+            };
+            let (bytes, snapshot_bytes) = encode_batch(&batch);
+            let allowed = WRITE_TIMEOUT + WRITE_TIMEOUT_PER_MIB * (snapshot_bytes >> 20) as u32;
+            let written = tokio::time::timeout(allowed, async {
+                stream.write_all(&bytes).await?;
+                stream.flush().await
+            })
+            .await;
+            match written {
+                Ok(Ok(())) => {
+                    for message in batch
+                        .iter()
+                        .filter(|m| m.get_msg_type() == MessageType::MsgSnapshot)
+                    {
+                        self.feedback.snapshot_finished(message.to);
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(peer = self.peer, error = %e, "writing to raft peer failed");
+                    connection = None;
+                    last_failure = Some(Instant::now());
+                    self.fail(&batch);
+                }
+                Err(_) => {
+                    tracing::debug!(peer = self.peer, "writing to raft peer timed out");
+                    connection = None;
+                    last_failure = Some(Instant::now());
+                    self.fail(&batch);
+                }
+            }
+        }
+    }
+
+    /// Tells raft that nothing of `batch` arrived.
+    fn fail(&self, batch: &[Message]) {
+        let snapshot = batch
+            .iter()
+            .any(|m| m.get_msg_type() == MessageType::MsgSnapshot);
+        self.feedback.unreachable(self.peer, snapshot);
+    }
+
+    async fn connect(&self) -> std::io::Result<PeerStream> {
+        let socket = if self.address.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        if let Some(source) = self.source
+            && source.is_ipv4() == self.address.is_ipv4()
+            && !source.is_unspecified()
+        {
+            socket.bind(SocketAddr::new(source, 0))?;
+        }
+        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, socket.connect(self.address))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
+            })??;
+        let _ = tcp.set_nodelay(true);
+        let name = ServerName::IpAddress(self.address.ip().into());
+        let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, self.connector.connect(name, tcp))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")
+            })??;
+        stream.write_all(PREAMBLE).await?;
+        Ok(stream)
+    }
+}
+
+/// Frames every message of `batch`; also returns the bytes of snapshots among them.
+fn encode_batch(batch: &[Message]) -> (Vec<u8>, usize) {
+    let mut bytes = Vec::new();
+    let mut snapshot_bytes = 0;
+    for message in batch {
+        let encoded = peer_wire::encode_message(message);
+        if encoded.len() > MAX_FRAME_BYTES {
+            tracing::error!(
+                peer = message.to,
+                bytes = encoded.len(),
+                "raft message larger than a peer accepts; not sent"
+            );
+            continue;
+        }
+        if message.get_msg_type() == MessageType::MsgSnapshot {
+            snapshot_bytes += encoded.len();
+        }
+        bytes.extend_from_slice(&(encoded.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(&encoded);
+    }
+    (bytes, snapshot_bytes)
+}
+
+/// Where received messages go: the local member (`false` once it has shut down).
+pub type MessageSink = Arc<dyn Fn(Message) -> bool + Send + Sync>;
+
+/// A sink that steps messages into `store`.
+pub fn store_sink(store: Store) -> MessageSink {
+    Arc::new(move |message| store.receive_raft_message(message).is_ok())
+}
+
+/// Accepts peer connections on `listener`; runs until its task is dropped.
+pub async fn serve(listener: TcpListener, tls: PeerTls, sink: MessageSink) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.server.clone());
+    loop {
+        let (tcp, remote) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a raft peer connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (acceptor, sink) = (acceptor.clone(), sink.clone());
+        tokio::spawn(async move {
+            if let Err(e) = receive(tcp, acceptor, sink).await {
+                tracing::debug!(%remote, error = %e, "raft peer connection closed");
+            }
+        });
+    }
+}
+
+/// Reads one peer connection: the preamble, then frames until it closes.
+async fn receive(
+    tcp: TcpStream,
+    acceptor: tokio_rustls::TlsAcceptor,
+    sink: MessageSink,
+) -> Result<(), ReceiveError> {
+    let _ = tcp.set_nodelay(true);
+    let mut stream = tokio::time::timeout(CONNECT_TIMEOUT * 5, acceptor.accept(tcp))
+        .await
+        .map_err(|_| ReceiveError::Protocol("TLS handshake timed out"))??;
+    let mut preamble = [0u8; 8];
+    stream.read_exact(&mut preamble).await?;
+    if &preamble != PREAMBLE {
+        return Err(ReceiveError::Protocol("not a k3rs raft peer (preamble)"));
+    }
+    let mut buffer = Vec::new();
+    loop {
+        let mut length = [0u8; 4];
+        match stream.read_exact(&mut length).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        let length = u32::from_be_bytes(length) as usize;
+        if length > MAX_FRAME_BYTES {
+            return Err(ReceiveError::Protocol("frame larger than allowed"));
+        }
+        buffer.resize(length, 0);
+        stream.read_exact(&mut buffer).await?;
+        let message = peer_wire::decode_message(&buffer)?;
+        if !sink(message) {
+            return Ok(()); // the member shut down
+        }
+        if buffer.capacity() > 1 << 20 {
+            buffer = Vec::new(); // do not keep a snapshot-sized buffer per connection
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ReceiveError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Protocol(&'static str),
+    #[error(transparent)]
+    Wire(#[from] peer_wire::PeerWireError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pki::{CertificateAuthority, ServingSans};
+
+    fn tls_of(ca: &CertificateAuthority, name: &str) -> PeerTls {
+        let mut sans = ServingSans::new();
+        sans.add("127.0.0.1");
+        let cert = ca.issue_peer_cert(name, &sans).expect("peer cert");
+        PeerTls::from_pem(ca.cert_pem(), &cert.cert_pem, &cert.key_pem).expect("tls")
+    }
+
+    fn message(to: u64, index: u64) -> Message {
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgHeartbeat);
+        m.to = to;
+        m.from = 1;
+        m.index = index;
+        m
+    }
+
+    /// A receiving member with a certificate of `ca`: its address, what it delivers,
+    /// and its task.
+    async fn receiver(
+        ca: &CertificateAuthority,
+    ) -> (
+        SocketAddr,
+        tokio::sync::mpsc::UnboundedReceiver<Message>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("addr");
+        let (delivered_tx, delivered) = tokio::sync::mpsc::unbounded_channel();
+        let sink: MessageSink = Arc::new(move |m| delivered_tx.send(m).is_ok());
+        let server = tokio::spawn(serve(listener, tls_of(ca, "b"), sink));
+        (address, delivered, server)
+    }
+
+    /// Feedback inputs a test can read.
+    fn feedback() -> (PeerFeedback, std::sync::mpsc::Receiver<super::super::Input>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        (PeerFeedback::new(tx), rx)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn messages_arrive_in_order_over_mutual_tls() {
+        let ca = CertificateAuthority::generate("k3rs-peer-ca").expect("ca");
+        let (address, mut delivered, server) = receiver(&ca).await;
+
+        let mut network = PeerNetwork::new(tokio::runtime::Handle::current(), &tls_of(&ca, "a"), 1);
+        let (fb, reports) = feedback();
+        network.attach(fb);
+        network.set_peers(&[(1, "127.0.0.1:1".parse().expect("addr")), (2, address)]);
+        network.send((1..=1000).map(|i| message(2, i)).collect());
+        for i in 1..=1000 {
+            let m = tokio::time::timeout(Duration::from_secs(10), delivered.recv())
+                .await
+                .expect("delivered in time")
+                .expect("open");
+            assert_eq!(m.index, i);
+        }
+        assert!(
+            reports.try_recv().is_err(),
+            "nothing was reported unreachable"
+        );
+        server.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_peer_of_another_ca_is_refused_and_reported_unreachable() {
+        let ca = CertificateAuthority::generate("k3rs-peer-ca").expect("ca");
+        let other = CertificateAuthority::generate("k3rs-peer-ca").expect("other ca");
+        let (address, mut delivered, server) = receiver(&ca).await;
+
+        let mut network =
+            PeerNetwork::new(tokio::runtime::Handle::current(), &tls_of(&other, "x"), 1);
+        let (fb, reports) = feedback();
+        network.attach(fb);
+        network.set_peers(&[(2, address)]);
+        network.send(vec![message(2, 1)]);
+        let reported =
+            tokio::task::spawn_blocking(move || reports.recv_timeout(Duration::from_secs(10)))
+                .await
+                .expect("join");
+        assert!(
+            matches!(
+                reported,
+                Ok(super::super::Input::Unreachable { peer: 2, .. })
+            ),
+            "the failed handshake is reported"
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), delivered.recv())
+                .await
+                .is_err(),
+            "nothing from a foreign CA is delivered"
+        );
+        server.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn malformed_frames_close_the_connection_without_delivering() {
+        let ca = CertificateAuthority::generate("k3rs-peer-ca").expect("ca");
+        let (address, mut delivered, server) = receiver(&ca).await;
+        let client = tls_of(&ca, "a");
+        let connector = tokio_rustls::TlsConnector::from(client.client.clone());
+        for payload in [
+            // Wrong preamble.
+            b"HTTP/1.1".to_vec(),
+            // A frame claiming 4 GiB.
+            [&PREAMBLE[..], &[0xff, 0xff, 0xff, 0xff]].concat(),
+            // A frame holding nested protobuf groups.
+            [&PREAMBLE[..], &[0, 0, 0, 4], &[0x9b, 0x06, 0x9b, 0x06]].concat(),
+        ] {
+            let tcp = TcpStream::connect(address).await.expect("connect");
+            let name = ServerName::IpAddress(address.ip().into());
+            let mut stream = connector.connect(name, tcp).await.expect("tls");
+            stream.write_all(&payload).await.expect("write");
+            stream.flush().await.expect("flush");
+            let mut rest = Vec::new();
+            let closed =
+                tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
+            assert!(closed.is_ok(), "the server closes the connection");
+        }
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), delivered.recv())
+                .await
+                .is_err(),
+            "nothing malformed is delivered"
+        );
+        server.abort();
+    }
+}
