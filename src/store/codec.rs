@@ -28,6 +28,13 @@ pub(crate) enum Command {
     Compact {
         revision: i64,
     },
+    /// Records a member's name and peer URL (the raft membership itself changes through
+    /// conf-change entries).
+    SetMember {
+        id: u64,
+        name: String,
+        peer_url: String,
+    },
 }
 
 /// The successful result of applying a command.
@@ -36,6 +43,8 @@ pub(crate) enum Applied {
     Put(KeyValue),
     Deleted { prev: KeyValue, revision: i64 },
     Compacted,
+    MemberSet,
+    ConfChanged,
 }
 
 impl Command {
@@ -76,6 +85,12 @@ impl Command {
                 out.push(4);
                 out.extend_from_slice(&revision.to_le_bytes());
             }
+            Command::SetMember { id, name, peer_url } => {
+                out.push(5);
+                out.extend_from_slice(&id.to_le_bytes());
+                put_bytes(&mut out, name.as_bytes());
+                put_bytes(&mut out, peer_url.as_bytes());
+            }
         }
         out
     }
@@ -114,6 +129,13 @@ impl Command {
                 }
             }
             4 => Command::Compact { revision: r.i64()? },
+            5 => Command::SetMember {
+                id: r.i64()? as u64,
+                name: String::from_utf8(r.bytes()?)
+                    .map_err(|_| malformed("member name is not UTF-8".into()))?,
+                peer_url: String::from_utf8(r.bytes()?)
+                    .map_err(|_| malformed("peer URL is not UTF-8".into()))?,
+            },
             other => return Err(malformed(format!("unknown command tag {other}"))),
         };
         if r.pos != data.len() {
@@ -129,6 +151,7 @@ impl Command {
             }
             Command::Delete { key, .. } => key.len(),
             Command::Compact { .. } => 0,
+            Command::SetMember { name, peer_url, .. } => name.len() + peer_url.len(),
         }
     }
 }
@@ -206,6 +229,11 @@ mod tests {
                 expected_mod_revision: Some(-1),
             },
             Command::Compact { revision: 7 },
+            Command::SetMember {
+                id: u64::MAX - 1,
+                name: "server-2".into(),
+                peer_url: "https://127.0.1.2:2380".into(),
+            },
         ];
         for command in commands {
             assert_eq!(Command::decode(&command.encode()).unwrap(), command);

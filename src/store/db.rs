@@ -58,6 +58,21 @@ CREATE TABLE state (
 );
 ";
 
+/// The names and peer URLs of the raft group's members (replicated: written by
+/// `SetMember` commands and by removals, copied with snapshots). Stores made before the
+/// table existed get it when opened.
+const MEMBERS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS members (
+    id       INTEGER PRIMARY KEY,
+    name     TEXT NOT NULL,
+    peer_url TEXT NOT NULL
+);
+";
+
+/// The raft id of the member every group starts with (the first server; a joining
+/// server never gets this id).
+pub(crate) const GENESIS_MEMBER_ID: u64 = 1;
+
 /// The persistent state row, mirrored in memory by the driver.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct PersistentState {
@@ -94,7 +109,7 @@ impl Database {
     /// Opens the store's database, creating it if absent. Refuses (without writing a
     /// byte) files that are not SQLite, belong to another program, come from a newer
     /// k3rs or are damaged.
-    pub fn open(path: &Path, node_id: u64) -> Result<Database> {
+    pub fn open(path: &Path, node_id: u64, join: bool) -> Result<Database> {
         check_file_header(path)?;
         let mut conn = open_connection(path, false)?;
         conn.busy_handler(Some(writer_waits_for_lock))
@@ -110,7 +125,7 @@ impl Database {
             .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
             .map_err(|e| db.classify(e, "reading the schema"))?;
         if app_id == 0 && format == 0 && tables == 0 {
-            db.initialize(node_id)?;
+            db.initialize(node_id, join)?;
         } else if app_id != APPLICATION_ID {
             return Err(StoreError::Incompatible {
                 path: path.to_path_buf(),
@@ -129,6 +144,9 @@ impl Database {
             });
         }
         db.configure_writer()?;
+        db.conn
+            .execute_batch(MEMBERS_SCHEMA)
+            .map_err(|e| db.classify(e, "creating the members table"))?;
         // Fail now, with the path in the message, if the schema or state row is damaged.
         db.load_state()?;
         Ok(db)
@@ -140,9 +158,15 @@ impl Database {
             .map_err(|e| self.classify(e, &format!("reading PRAGMA {name}")))
     }
 
-    fn initialize(&self, node_id: u64) -> Result<()> {
+    /// Creates the schema. A new store is a one-member group of its own (every group
+    /// starts so: one voter, id [`GENESIS_MEMBER_ID`], at index 0). A server joining a
+    /// cluster (`join`) starts from that same genesis configuration, without being in it
+    /// (so it never campaigns): the leader then sends it either its log from index 1,
+    /// which replayed from genesis gives the leader's state, or a snapshot, which
+    /// replaces everything.
+    fn initialize(&self, node_id: u64, join: bool) -> Result<()> {
         let conf_state = ConfState {
-            voters: vec![node_id],
+            voters: vec![if join { GENESIS_MEMBER_ID } else { node_id }],
             ..Default::default()
         };
         let state = PersistentState {
@@ -338,6 +362,22 @@ pub(crate) fn open_connection(path: &Path, read_only: bool) -> Result<Connection
             .map_err(|e| classify(path, e, "configuring a reader"))?;
     }
     Ok(conn)
+}
+
+/// The members table: id, name, peer URL.
+pub(crate) fn load_members(conn: &Connection) -> rusqlite::Result<Vec<(u64, String, String)>> {
+    conn.prepare_cached("SELECT id, name, peer_url FROM members ORDER BY id")?
+        .query_map([], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get(2)?))
+        })?
+        .collect()
+}
+
+/// Forgets the name and peer URL of a member removed from the group.
+pub(crate) fn delete_member(tx: &Transaction<'_>, id: u64) -> rusqlite::Result<()> {
+    tx.prepare_cached("DELETE FROM members WHERE id = ?1")?
+        .execute([id as i64])?;
+    Ok(())
 }
 
 pub(crate) fn load_state(conn: &Connection) -> rusqlite::Result<PersistentState> {
@@ -595,6 +635,17 @@ pub(crate) fn apply_command(
                 }),
             }
         }
+        Command::SetMember { id, name, peer_url } => {
+            tx.prepare_cached(
+                "INSERT INTO members (id, name, peer_url) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (id) DO UPDATE SET name = excluded.name, peer_url = excluded.peer_url",
+            )?
+            .execute(params![id as i64, name, peer_url])?;
+            ApplyResult {
+                outcome: Ok(Applied::MemberSet),
+                event: None,
+            }
+        }
         Command::Compact { revision } => {
             if revision > state.current_revision {
                 refused(StoreError::FutureRevision {
@@ -842,6 +893,17 @@ pub(crate) fn install_incoming_snapshot(
     tx.execute_batch(&format!(
         "DELETE FROM main.kv; INSERT INTO main.kv SELECT * FROM {INCOMING}.kv; DELETE FROM main.raft_log;"
     ))?;
+    let has_members: i64 = tx.query_row(
+        &format!("SELECT count(*) FROM {INCOMING}.sqlite_master WHERE name = 'members'"),
+        [],
+        |r| r.get(0),
+    )?;
+    if has_members > 0 {
+        tx.execute_batch(&format!(
+            "DELETE FROM main.members; INSERT INTO main.members (id, name, peer_url)
+             SELECT id, name, peer_url FROM {INCOMING}.members;"
+        ))?;
+    }
     let incoming = tx.query_row(
         &format!(
             "SELECT current_revision, compact_revision, applied_index, applied_term FROM {INCOMING}.state WHERE id = 0"

@@ -39,6 +39,9 @@ pub(crate) enum Job {
     /// Answered once every batch sent before it is durable and published, for callers
     /// that must wait (a raft member may only send its acknowledgements after that).
     Barrier(mpsc::Sender<()>),
+    /// Linearizable reads whose read index is applied: answered with the published
+    /// revision once every batch sent before is durable and published.
+    Release(Vec<oneshot::Sender<Result<i64>>>),
 }
 
 /// What the sync workers share: the queue of committed batches (with the ticket the
@@ -145,6 +148,12 @@ fn publish_all(
             Job::Barrier(done) => {
                 let _ = done.send(());
             }
+            Job::Release(replies) => {
+                let revision = shared.current_revision.load(Ordering::SeqCst);
+                for reply in replies {
+                    let _ = reply.send(Ok(revision));
+                }
+            }
         }
     }
 }
@@ -162,7 +171,7 @@ fn publish(
         .compact_revision
         .store(batch.compact_revision, Ordering::SeqCst);
     if batch.close_watchers {
-        hub.close_all();
+        hub.resync_all();
     }
     hub.publish(batch.current_revision, &batch.events);
     for (reply, outcome) in batch.replies {

@@ -12,6 +12,14 @@
 //! Writes are raft proposals; a write is acknowledged only after the SQLite
 //! transaction that persisted its raft entry *and* applied it has been fsynced.
 //! Concurrent proposals share one raft `Ready`, one transaction and one fsync.
+//!
+//! Several servers form one raft group (see `docs/store.md`): a write on any member is
+//! proposed there and raft forwards it to the leader; the proposer answers once it has
+//! applied the entry itself, so the outcome and revision are the same everywhere.
+//! Reads are linearizable: on a group of more than one member every read first waits
+//! for a raft ReadIndex round ([`Store::read_barrier`]). Membership changes are raft
+//! `ConfChangeV2` entries: a server joins as a learner and the leader promotes it once
+//! it has caught up; names and peer addresses live in the replicated `members` table.
 
 mod codec;
 mod db;
@@ -20,6 +28,7 @@ mod error;
 mod log_store;
 mod node;
 pub mod peer_wire;
+pub mod peers;
 mod reader;
 mod snapshot;
 pub mod transport;
@@ -37,6 +46,7 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, oneshot};
 
 pub use error::{Result, StoreError};
+pub use node::{RaftTiming, peer_address};
 pub use snapshot::{SnapshotInfo, inspect_snapshot, restore_snapshot};
 pub use transport::{NoPeers, Transport};
 pub use watch::WatchStream;
@@ -150,6 +160,14 @@ pub struct StoreConfig {
     pub raft_log_keep: u64,
     /// How often the background WAL checkpoint runs.
     pub checkpoint_interval: Duration,
+    /// A fresh store starts as an empty member waiting for the leader of an existing group
+    /// (a joining server) instead of a one-member group of its own.
+    pub join: bool,
+    /// Raft heartbeat interval and election timeout.
+    pub timing: RaftTiming,
+    /// How long a write or a linearizable read may wait for the raft group (a leader to
+    /// be elected, a forwarded proposal to commit) before it fails.
+    pub request_timeout: Duration,
 }
 
 impl StoreConfig {
@@ -163,6 +181,9 @@ impl StoreConfig {
             max_batch: 4096,
             raft_log_keep: 1000,
             checkpoint_interval: Duration::from_millis(100),
+            join: false,
+            timing: RaftTiming::default(),
+            request_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -187,6 +208,19 @@ pub(crate) struct SharedState {
     pub slow_next_sync: AtomicBool,
     /// Commands applied (successful or refused).
     pub applied_commands: AtomicU64,
+    /// The raft leader this member knows of (0: none).
+    pub leader_id: AtomicU64,
+    /// Leader changes this member has seen (etcd_server_leader_changes_seen_total).
+    pub leader_changes: AtomicU64,
+    /// Proposals that failed: timed out, refused, or lost (etcd_server_proposals_failed_total).
+    pub proposals_failed: AtomicU64,
+    /// Whether this member is the only voter and there are no learners: its own applied
+    /// state is then linearizable without a ReadIndex round.
+    pub single_member: AtomicBool,
+    /// The group's members with their names and peer URLs, as last applied.
+    pub members: Mutex<Vec<Member>>,
+    /// This member's raft id.
+    pub own_id: AtomicU64,
 }
 
 /// Counters that show what the store did (group commit, compaction).
@@ -202,13 +236,62 @@ pub struct StoreStats {
     pub compact_revision: i64,
 }
 
+/// One member of the raft group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// The raft id (stable for the life of the member).
+    pub id: u64,
+    /// The server's node name.
+    pub name: String,
+    /// Where its raft peer port listens, e.g. `https://10.0.0.2:2380`.
+    pub peer_url: String,
+    pub role: MemberRole,
+}
+
+/// A member's part in the group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberRole {
+    /// Votes and counts for quorum.
+    Voter,
+    /// Receives the log but does not vote (a joining server that is catching up).
+    Learner,
+}
+
+impl MemberRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberRole::Voter => "voter",
+            MemberRole::Learner => "learner",
+        }
+    }
+}
+
 /// Inputs to the raft driver thread.
 pub(crate) enum Input {
     Propose {
         command: Command,
         reply: Option<oneshot::Sender<Result<Applied>>>,
     },
+    /// A membership change (answered once this member has applied it).
+    ConfChange {
+        change: raft::eraftpb::ConfChangeV2,
+        reply: oneshot::Sender<Result<Applied>>,
+    },
+    /// A linearizable read: answered with a revision at least as new as every write
+    /// acknowledged before the request, once that revision is readable here.
+    ReadIndex {
+        reply: oneshot::Sender<Result<i64>>,
+    },
     Step(Box<raft::eraftpb::Message>),
+    /// From the transport: nothing reached `peer` (and a snapshot failed, if `snapshot`).
+    Unreachable {
+        peer: u64,
+        snapshot: bool,
+    },
+    /// From the transport: a snapshot was written out to `peer`.
+    SnapshotSent {
+        peer: u64,
+    },
     Shutdown,
 }
 
@@ -266,7 +349,7 @@ impl Store {
     /// become leader.
     pub fn open_with_transport(
         config: StoreConfig,
-        transport: Box<dyn Transport>,
+        mut transport: Box<dyn Transport>,
     ) -> Result<Store> {
         std::fs::create_dir_all(&config.dir).map_err(|e| {
             StoreError::io(
@@ -276,11 +359,12 @@ impl Store {
         })?;
         let lock = lock_directory(&config.dir)?;
         let db_path = config.dir.join(DB_FILE_NAME);
-        let database = db::Database::open(&db_path, config.node_id)?;
+        let database = db::Database::open(&db_path, config.node_id, config.join)?;
         let shared = Arc::new(SharedState::default());
         let hub = Arc::new(watch::WatchHub::new(config.watch_buffer_events));
         let readers = Arc::new(reader::ReaderPool::new(db_path.clone()));
         let (inputs, input_rx) = mpsc::channel();
+        transport.attach(transport::PeerFeedback::new(inputs.clone()));
         let (ready_tx, ready_rx) = mpsc::channel();
         let driver = node::Driver::start(
             config.clone(),
@@ -373,24 +457,93 @@ impl Store {
         self.inner.shared.is_leader.load(Ordering::SeqCst)
     }
 
-    /// The current version of `key`, or `None`.
+    /// This member's raft id.
+    pub fn member_id(&self) -> u64 {
+        self.inner.shared.own_id.load(Ordering::SeqCst)
+    }
+
+    /// The raft id of the leader this member knows of.
+    pub fn leader_id(&self) -> Option<u64> {
+        Some(self.inner.shared.leader_id.load(Ordering::SeqCst)).filter(|id| *id != 0)
+    }
+
+    /// Whether this member knows a leader (etcd's `etcd_server_has_leader`).
+    pub fn has_leader(&self) -> bool {
+        self.leader_id().is_some()
+    }
+
+    /// Leader changes this member has seen since it started.
+    pub fn leader_changes(&self) -> u64 {
+        self.inner.shared.leader_changes.load(Ordering::Relaxed)
+    }
+
+    /// Proposals that failed (timed out, refused or lost) since it started.
+    pub fn proposals_failed(&self) -> u64 {
+        self.inner.shared.proposals_failed.load(Ordering::Relaxed)
+    }
+
+    /// The group's members, voters first, each with its name and peer URL (a member
+    /// whose name is not known yet has an empty one).
+    pub fn members(&self) -> Vec<Member> {
+        self.inner
+            .shared
+            .members
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether this store is one of several members (or has recorded its own name and
+    /// peer URL for others to join): it then needs its peer port.
+    pub fn is_clustered(&self) -> bool {
+        let members = self.members();
+        members.len() > 1 || members.iter().any(|m| !m.peer_url.is_empty())
+    }
+
+    /// A revision at least as new as every write acknowledged anywhere in the group
+    /// before this call, once it is readable on this member (raft ReadIndex, as etcd's
+    /// linearizable reads). A lone member answers at once: everything it acknowledged
+    /// is already readable.
+    pub async fn read_barrier(&self) -> Result<i64> {
+        let shared = &self.inner.shared;
+        if shared.single_member.load(Ordering::SeqCst) && shared.is_leader.load(Ordering::SeqCst) {
+            return Ok(self.current_revision());
+        }
+        let (reply, response) = oneshot::channel();
+        self.inner
+            .inputs
+            .send(Input::ReadIndex { reply })
+            .map_err(|_| StoreError::Unavailable("the store is shut down".into()))?;
+        response
+            .await
+            .map_err(|_| StoreError::Unavailable("the store stopped before answering".into()))?
+    }
+
+    /// The current version of `key`, or `None` (a linearizable read).
     pub async fn get(&self, key: &[u8]) -> Result<Option<KeyValue>> {
         let key = key.to_vec();
-        let durable = self.current_revision();
+        let durable = self.read_barrier().await?;
         self.read(move |conn| reader::get(conn, &key, durable))
             .await
     }
 
-    /// Items whose keys start with `request.prefix`, in key order.
+    /// Items whose keys start with `request.prefix`, in key order (linearizable when
+    /// `at_revision` is `None`).
     pub async fn range(&self, request: RangeRequest) -> Result<RangeResult> {
-        let current = self.current_revision();
-        if let Some(at) = request.at_revision
-            && at > current
-        {
-            return Err(StoreError::FutureRevision {
-                requested: at,
-                current,
-            });
+        let mut current = self.current_revision();
+        match request.at_revision {
+            None => current = self.read_barrier().await?,
+            Some(at) if at > current => {
+                // Maybe written through another member and not applied here yet.
+                current = self.read_barrier().await?;
+                if at > current {
+                    return Err(StoreError::FutureRevision {
+                        requested: at,
+                        current,
+                    });
+                }
+            }
+            Some(_) => {}
         }
         self.read(move |conn| reader::range(conn, &request, current))
             .await
@@ -399,9 +552,93 @@ impl Store {
     /// Number of live keys starting with `prefix`.
     pub async fn count(&self, prefix: &[u8]) -> Result<u64> {
         let prefix = prefix.to_vec();
-        let durable = self.current_revision();
+        let durable = self.read_barrier().await?;
         self.read(move |conn| reader::count(conn, &prefix, durable))
             .await
+    }
+
+    /// Records (or updates) the name and peer URL of member `id`.
+    pub async fn set_member(&self, id: u64, name: &str, peer_url: &str) -> Result<()> {
+        match self
+            .propose(Command::SetMember {
+                id,
+                name: name.to_string(),
+                peer_url: peer_url.to_string(),
+            })
+            .await?
+        {
+            Applied::MemberSet => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Adds a server to the group as a learner; the leader promotes it to voter once it
+    /// has caught up. The same name with the same peer URL again returns the member
+    /// already added (a retried join). Refused while another server is still joining
+    /// (one membership change at a time) and, on the leader, while fewer than a quorum
+    /// of voters are reachable.
+    pub async fn add_learner(&self, name: &str, peer_url: &str) -> Result<Member> {
+        let members = self.members();
+        if let Some(existing) = members.iter().find(|m| m.name == name) {
+            if existing.peer_url == peer_url {
+                return Ok(existing.clone());
+            }
+            return Err(StoreError::AlreadyExists {
+                key: format!(
+                    "member {name:?} (id {:x}, peer URL {}); remove it first or use another node name",
+                    existing.id, existing.peer_url
+                ),
+            });
+        }
+        if let Some(joining) = members.iter().find(|m| m.role == MemberRole::Learner) {
+            return Err(StoreError::Unavailable(format!(
+                "server {:?} is still joining the cluster; servers join one at a time, retry once it is a voter",
+                joining.name
+            )));
+        }
+        let id = new_member_id(name, &members);
+        self.set_member(id, name, peer_url).await?;
+        let mut change = raft::eraftpb::ConfChangeSingle::default();
+        change.set_change_type(raft::eraftpb::ConfChangeType::AddLearnerNode);
+        change.node_id = id;
+        self.conf_change(vec![change]).await?;
+        Ok(Member {
+            id,
+            name: name.to_string(),
+            peer_url: peer_url.to_string(),
+            role: MemberRole::Learner,
+        })
+    }
+
+    /// Removes member `id` from the group. Refused, on the leader, when the voters left
+    /// would not have a reachable quorum.
+    pub async fn remove_member(&self, id: u64) -> Result<()> {
+        if !self.members().iter().any(|m| m.id == id) {
+            return Err(StoreError::NotFound {
+                key: format!("member {id:x}"),
+            });
+        }
+        let mut change = raft::eraftpb::ConfChangeSingle::default();
+        change.set_change_type(raft::eraftpb::ConfChangeType::RemoveNode);
+        change.node_id = id;
+        self.conf_change(vec![change]).await
+    }
+
+    async fn conf_change(&self, changes: Vec<raft::eraftpb::ConfChangeSingle>) -> Result<()> {
+        let mut change = raft::eraftpb::ConfChangeV2::default();
+        change.set_changes(changes.into());
+        let (reply, response) = oneshot::channel();
+        self.inner
+            .inputs
+            .send(Input::ConfChange { change, reply })
+            .map_err(|_| StoreError::Unavailable("the store is shut down".into()))?;
+        match response
+            .await
+            .map_err(|_| StoreError::Unavailable("the store stopped before answering".into()))??
+        {
+            Applied::ConfChanged => Ok(()),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// Creates `key`; fails with `AlreadyExists` if it is live.
@@ -546,6 +783,25 @@ impl Store {
         tokio::task::spawn_blocking(move || readers.with(f))
             .await
             .map_err(|e| StoreError::Unavailable(format!("read task failed: {e}")))?
+    }
+}
+
+/// A fresh member id: random, unused, never 0 or the genesis member's.
+fn new_member_id(name: &str, members: &[Member]) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    loop {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write(name.as_bytes());
+        hasher.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
+        let id = hasher.finish();
+        if id > db::GENESIS_MEMBER_ID && !members.iter().any(|m| m.id == id) {
+            return id;
+        }
     }
 }
 

@@ -20,8 +20,8 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Snapshot};
-use raft::{RawNode, StateRole};
+use raft::eraftpb::{ConfChange, ConfChangeType, ConfChangeV2, Entry, EntryType, Snapshot};
+use raft::{ProgressState, RawNode, StateRole};
 use tokio::sync::oneshot;
 
 use super::codec::{Applied, Command};
@@ -31,14 +31,74 @@ use super::error::{Result, StoreError};
 use super::log_store::LogStore;
 use super::transport::Transport;
 use super::watch::WatchHub;
-use super::{Input, SharedState, StoreConfig};
+use super::{Input, Member, MemberRole, SharedState, StoreConfig};
 
-const TICK: Duration = Duration::from_millis(100);
+/// Raft's clock: the heartbeat interval and the election timeout (randomized by raft-rs
+/// in `[timeout, 2 × timeout)`). etcd's defaults, 100 ms and 1000 ms, so a dead leader is
+/// replaced within 1–2 s; k3s runs etcd at 500/5000 ms. Settable with
+/// `--etcd-arg heartbeat-interval=<ms>` and `election-timeout=<ms>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RaftTiming {
+    pub heartbeat_interval: Duration,
+    pub election_timeout: Duration,
+}
+
+impl Default for RaftTiming {
+    fn default() -> Self {
+        RaftTiming {
+            heartbeat_interval: Duration::from_millis(100),
+            election_timeout: Duration::from_millis(1000),
+        }
+    }
+}
+
+impl RaftTiming {
+    /// The tick length and the election timeout in ticks (one heartbeat per tick).
+    fn ticks(&self) -> (Duration, usize) {
+        let tick = self.heartbeat_interval.max(Duration::from_millis(10));
+        let election = (self.election_timeout.as_millis() / tick.as_millis().max(1)) as usize;
+        (tick, election.max(2))
+    }
+}
+
+/// How often a leader looks for learners ready to be promoted, and a member re-asks for
+/// an unanswered ReadIndex (raft-rs drops one silently when there is no leader, or when
+/// a new leader has not committed an entry of its term yet).
+const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(200);
+/// A learner is promoted once it is this close to the leader's log and replicating.
+const PROMOTION_LAG_ENTRIES: u64 = 100;
 /// Physical compaction runs at least this often while there is a backlog, even under
 /// continuous write load.
 const COMPACTION_PACE: Duration = Duration::from_millis(10);
 
 type Reply = oneshot::Sender<Result<Applied>>;
+type ReadReply = oneshot::Sender<Result<i64>>;
+
+/// What a caller asked raft to replicate.
+enum Proposal {
+    Command(Command),
+    ConfChange(ConfChangeV2),
+}
+
+/// A proposal in raft's hands, waiting to be applied here.
+struct Pending {
+    reply: Reply,
+    since: Instant,
+}
+
+/// A proposal waiting for a leader to be known.
+struct Waiting {
+    proposal: Proposal,
+    reply: Option<Reply>,
+    since: Instant,
+}
+
+/// Linearizable reads sharing one ReadIndex request.
+struct PendingRead {
+    replies: Vec<ReadReply>,
+    since: Instant,
+    asked: Instant,
+}
 
 pub(crate) struct Driver {
     config: StoreConfig,
@@ -49,7 +109,24 @@ pub(crate) struct Driver {
     transport: Box<dyn Transport>,
     hub: Arc<WatchHub>,
     shared: Arc<SharedState>,
-    pending: HashMap<u64, Reply>,
+    pending: HashMap<u64, Pending>,
+    /// Proposals made while no leader was known: proposed once one is, or failed after
+    /// the request timeout.
+    waiting_for_leader: Vec<Waiting>,
+    /// Read requests that arrived in the current turn (one ReadIndex for all of them).
+    new_reads: Vec<ReadReply>,
+    /// ReadIndex requests raft has not answered yet, by context.
+    reads: HashMap<u64, PendingRead>,
+    next_read: u64,
+    /// Reads raft answered: released once the read index is applied and published.
+    answered_reads: Vec<(u64, Vec<ReadReply>)>,
+    /// The leader known at the end of the last turn.
+    last_leader: u64,
+    last_housekeeping: Instant,
+    /// A conf change or a member's name/URL was applied: refresh the member list.
+    membership_changed: bool,
+    /// Raft's tick (see `RaftTiming`).
+    tick: Duration,
     /// Distinguishes this process's proposals from entries proposed before a restart.
     epoch: u64,
     /// Whether the raft_log table mirrors the in-memory log. A group of one leaves it
@@ -83,6 +160,7 @@ impl Driver {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0)
             ^ ((std::process::id() as u64) << 32);
+        let (tick, _) = config.timing.ticks();
         Driver {
             config,
             db,
@@ -93,6 +171,15 @@ impl Driver {
             hub,
             shared,
             pending: HashMap::new(),
+            waiting_for_leader: Vec::new(),
+            new_reads: Vec::new(),
+            reads: HashMap::new(),
+            next_read: 1,
+            answered_reads: Vec::new(),
+            last_leader: 0,
+            last_housekeeping: now,
+            membership_changed: true,
+            tick,
             epoch,
             log_rows_on_disk: true,
             next_seq: 1,
@@ -146,11 +233,7 @@ impl Driver {
         for thread in sync_threads {
             let _ = thread.join();
         }
-        for (_, reply) in self.pending.drain() {
-            let _ = reply.send(Err(StoreError::Unavailable(
-                "the store is shutting down".into(),
-            )));
-        }
+        self.fail_everything_waiting("the store is shutting down");
         self.shared.is_leader.store(false, Ordering::SeqCst);
         self.shared.stopping.store(true, Ordering::SeqCst);
         self.hub.close_all();
@@ -187,10 +270,11 @@ impl Driver {
             state.log_start_term,
             entries,
         );
+        let (_, election_tick) = self.config.timing.ticks();
         let config = raft::Config {
             id: state.node_id,
-            election_tick: 10,
-            heartbeat_tick: 3,
+            election_tick,
+            heartbeat_tick: 1,
             applied: state.applied_index,
             max_size_per_msg: 1 << 20,
             max_inflight_msgs: 256,
@@ -211,11 +295,99 @@ impl Driver {
         self.shared
             .compact_revision
             .store(state.compact_revision, Ordering::SeqCst);
+        self.shared.own_id.store(state.node_id, Ordering::SeqCst);
         self.state = state;
         self.raw = Some(raw);
         // Freshly loaded, memory holds exactly the rows on disk.
         self.log_rows_on_disk = true;
+        self.membership_changed = true;
+        self.refresh_members();
         Ok(())
+    }
+
+    /// Publishes the member list (conf state plus the names and peer URLs of the members
+    /// table) and hands the peers' addresses to the transport.
+    fn refresh_members(&mut self) {
+        if !std::mem::take(&mut self.membership_changed) {
+            return;
+        }
+        let rows = match db::load_members(&self.db.conn) {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the members table");
+                self.membership_changed = true;
+                return;
+            }
+        };
+        let conf = &self.state.conf_state;
+        let mut ids: Vec<(u64, MemberRole)> = Vec::new();
+        for id in conf.voters.iter().chain(&conf.voters_outgoing) {
+            if !ids.iter().any(|(known, _)| known == id) {
+                ids.push((*id, MemberRole::Voter));
+            }
+        }
+        for id in conf.learners.iter().chain(&conf.learners_next) {
+            if !ids.iter().any(|(known, _)| known == id) {
+                ids.push((*id, MemberRole::Learner));
+            }
+        }
+        let members: Vec<Member> = ids
+            .into_iter()
+            .map(|(id, role)| {
+                let (name, peer_url) = rows
+                    .iter()
+                    .find(|(row, _, _)| *row == id)
+                    .map(|(_, name, url)| (name.clone(), url.clone()))
+                    .unwrap_or_default();
+                Member {
+                    id,
+                    name,
+                    peer_url,
+                    role,
+                }
+            })
+            .collect();
+        let peers: Vec<(u64, std::net::SocketAddr)> = members
+            .iter()
+            .filter(|m| !m.peer_url.is_empty())
+            .filter_map(|m| match peer_address(&m.peer_url) {
+                Some(address) => Some((m.id, address)),
+                None => {
+                    tracing::warn!(member = %format!("{:x}", m.id), url = %m.peer_url, "skipping a member whose peer URL is not https://<ip>:<port>");
+                    None
+                }
+            })
+            .collect();
+        // A joining member knows nobody until the leader's snapshot arrives: keep the
+        // peers it was started with until then.
+        if !peers.is_empty() {
+            self.transport.set_peers(&peers);
+        }
+        self.shared.single_member.store(
+            log_is_private(&self.state.conf_state, self.state.node_id),
+            Ordering::SeqCst,
+        );
+        let mut published = self
+            .shared
+            .members
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if *published != members {
+            let describe = |role: MemberRole| {
+                members
+                    .iter()
+                    .filter(|m| m.role == role)
+                    .map(|m| format!("{}({:x})", m.name, m.id))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            tracing::info!(
+                voters = %describe(MemberRole::Voter),
+                learners = %describe(MemberRole::Learner),
+                "raft membership"
+            );
+            *published = members;
+        }
     }
 
     fn is_single_member(&self) -> bool {
@@ -253,7 +425,9 @@ impl Driver {
             if self.raw.is_none() {
                 self.retry_load();
             }
-            if self.last_tick.elapsed() >= TICK {
+            self.follow_leader();
+            self.ask_read_index();
+            if self.last_tick.elapsed() >= self.tick {
                 self.last_tick = Instant::now();
                 if let Some(raw) = self.raw.as_mut() {
                     raw.tick();
@@ -262,6 +436,13 @@ impl Driver {
             if let Err(e) = self.process_ready() {
                 self.recover(e);
             }
+            self.release_reads();
+            self.follow_leader();
+            if self.last_housekeeping.elapsed() >= HOUSEKEEPING_EVERY {
+                self.last_housekeeping = Instant::now();
+                self.housekeeping();
+            }
+            self.refresh_members();
             if let Err(e) = self.background() {
                 self.recover(e);
             }
@@ -275,7 +456,7 @@ impl Driver {
     }
 
     fn next_wakeup(&self) -> Duration {
-        let tick = TICK.saturating_sub(self.last_tick.elapsed());
+        let tick = self.tick.saturating_sub(self.last_tick.elapsed());
         if self.state.compact_cursor < self.state.compact_revision {
             tick.min(COMPACTION_PACE)
         } else {
@@ -286,7 +467,13 @@ impl Driver {
     /// Handles one input; returns true on shutdown.
     fn handle(&mut self, input: Input) -> bool {
         match input {
-            Input::Propose { command, reply } => self.propose(command, reply),
+            Input::Propose { command, reply } => {
+                self.propose(Proposal::Command(command), reply, Instant::now())
+            }
+            Input::ConfChange { change, reply } => {
+                self.propose(Proposal::ConfChange(change), Some(reply), Instant::now())
+            }
+            Input::ReadIndex { reply } => self.new_reads.push(reply),
             Input::Step(message) => {
                 if let Some(raw) = self.raw.as_mut()
                     && let Err(e) = raw.step(*message)
@@ -294,40 +481,348 @@ impl Driver {
                     tracing::debug!(error = %e, "raft message ignored");
                 }
             }
+            Input::Unreachable { peer, snapshot } => {
+                if let Some(raw) = self.raw.as_mut() {
+                    raw.report_unreachable(peer);
+                    if snapshot {
+                        raw.report_snapshot(peer, raft::SnapshotStatus::Failure);
+                    }
+                }
+            }
+            Input::SnapshotSent { peer } => {
+                if let Some(raw) = self.raw.as_mut() {
+                    raw.report_snapshot(peer, raft::SnapshotStatus::Finish);
+                }
+            }
             Input::Shutdown => return true,
         }
         false
     }
 
-    fn propose(&mut self, command: Command, reply: Option<Reply>) {
-        let leader = self.is_leader();
-        let Some(raw) = self.raw.as_mut().filter(|_| leader) else {
-            if let Some(reply) = reply {
-                let _ = reply.send(Err(StoreError::Unavailable(
-                    "this member is not the raft leader (or is recovering from a failed write)"
-                        .into(),
-                )));
-            }
+    /// Hands a proposal to raft: on the leader it is appended, on a follower raft
+    /// forwards it to the leader; either way this member answers once it has applied
+    /// the entry itself (its context names this process and the proposal). Without a
+    /// known leader the proposal waits for one, up to the request timeout.
+    fn propose(&mut self, proposal: Proposal, reply: Option<Reply>, since: Instant) {
+        let Some(raw) = self.raw.as_mut() else {
+            fail(
+                &self.shared,
+                reply,
+                "this member is recovering from a failed write; retry".into(),
+            );
             return;
         };
+        if raw.raft.leader_id == raft::INVALID_ID {
+            self.waiting_for_leader.push(Waiting {
+                proposal,
+                reply,
+                since,
+            });
+            return;
+        }
+        let leader = raw.raft.state == StateRole::Leader;
+        if let Proposal::ConfChange(change) = &proposal
+            && leader
+            && let Err(refusal) = check_conf_change(raw, change)
+        {
+            fail(&self.shared, reply, refusal);
+            return;
+        }
         let seq = self.next_seq;
         self.next_seq += 1;
         let mut context = Vec::with_capacity(16);
         context.extend_from_slice(&self.epoch.to_le_bytes());
         context.extend_from_slice(&seq.to_le_bytes());
-        match raw.propose(context, command.encode()) {
+        let proposed = match &proposal {
+            Proposal::Command(command) => raw.propose(context, command.encode()),
+            Proposal::ConfChange(change) => {
+                let proposed = raw.propose_conf_change(context, change.clone());
+                // raft-rs turns a conf change it will not take into an empty entry and
+                // still says Ok: the change is ours only if it is the pending one now.
+                if proposed.is_ok()
+                    && leader
+                    && raw.raft.pending_conf_index != raw.raft.raft_log.last_index()
+                {
+                    fail(
+                        &self.shared,
+                        reply,
+                        "raft refused the membership change (another change is still in progress); retry".into(),
+                    );
+                    return;
+                }
+                if proposed.is_ok() {
+                    tracing::info!(change = ?change.get_changes(), "proposed a raft membership change");
+                }
+                proposed
+            }
+        };
+        match proposed {
             Ok(()) => {
                 if let Some(reply) = reply {
-                    self.pending.insert(seq, reply);
+                    self.pending.insert(seq, Pending { reply, since });
                 }
             }
-            Err(e) => {
-                if let Some(reply) = reply {
-                    let _ = reply.send(Err(StoreError::Unavailable(format!(
-                        "raft refused the proposal: {e}"
-                    ))));
+            // A follower that lost its leader meanwhile (an election started): wait for
+            // the next one.
+            Err(raft::Error::ProposalDropped) if !leader => {
+                self.waiting_for_leader.push(Waiting {
+                    proposal,
+                    reply,
+                    since,
+                });
+            }
+            Err(e) => fail(
+                &self.shared,
+                reply,
+                format!("raft refused the proposal: {e}"),
+            ),
+        }
+    }
+
+    /// Starts one ReadIndex request for the reads that arrived this turn.
+    fn ask_read_index(&mut self) {
+        if self.new_reads.is_empty() {
+            return;
+        }
+        let replies = std::mem::take(&mut self.new_reads);
+        let Some(raw) = self.raw.as_mut() else {
+            for reply in replies {
+                let _ = reply.send(Err(StoreError::Unavailable(
+                    "this member is recovering from a failed write; retry".into(),
+                )));
+            }
+            return;
+        };
+        let context = self.next_read;
+        self.next_read += 1;
+        raw.read_index(context.to_le_bytes().to_vec());
+        let now = Instant::now();
+        self.reads.insert(
+            context,
+            PendingRead {
+                replies,
+                since: now,
+                asked: now,
+            },
+        );
+    }
+
+    /// Answers the reads whose read index is applied: through the durability thread, so
+    /// each answer comes after the batch holding that index is published.
+    fn release_reads(&mut self) {
+        if self.answered_reads.is_empty() {
+            return;
+        }
+        let applied = self.state.applied_index;
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.answered_reads)
+            .into_iter()
+            .partition(|(index, _)| *index <= applied);
+        self.answered_reads = waiting;
+        let replies: Vec<ReadReply> = ready.into_iter().flat_map(|(_, r)| r).collect();
+        if !replies.is_empty() {
+            hand_over(
+                &self.durable,
+                &self.db.path,
+                &self.hub,
+                &self.shared,
+                Job::Release(replies),
+            );
+        }
+    }
+
+    /// Notices leader changes (logged, counted, published) and proposes what waited for
+    /// a leader once one is known.
+    fn follow_leader(&mut self) {
+        let Some(raw) = self.raw.as_ref() else {
+            return;
+        };
+        let leader = raw.raft.leader_id;
+        if leader != self.last_leader {
+            let term = raw.raft.term;
+            self.last_leader = leader;
+            self.shared.leader_id.store(leader, Ordering::SeqCst);
+            if leader == raft::INVALID_ID {
+                tracing::info!(term, "raft leader lost; waiting for an election");
+            } else {
+                self.shared.leader_changes.fetch_add(1, Ordering::Relaxed);
+                self.fail_lost_proposals();
+                let name = self
+                    .shared
+                    .members
+                    .lock()
+                    .ok()
+                    .and_then(|m| m.iter().find(|m| m.id == leader).map(|m| m.name.clone()))
+                    .unwrap_or_default();
+                tracing::info!(
+                    term,
+                    leader = %format!("{leader:x}"),
+                    leader_name = %name,
+                    this_member = leader == self.state.node_id,
+                    "raft leader elected"
+                );
+            }
+        }
+        if leader != raft::INVALID_ID && !self.waiting_for_leader.is_empty() {
+            for waiting in std::mem::take(&mut self.waiting_for_leader) {
+                self.propose(waiting.proposal, waiting.reply, waiting.since);
+            }
+        }
+    }
+
+    /// After a leader change: a proposal this member forwarded that is not in its own
+    /// log went to a leader that is gone, and nothing will ever apply it here. Fail it
+    /// now ("may or may not have been applied", as etcd's "leader changed") so its
+    /// caller can retry at once instead of waiting out the request timeout. Proposals
+    /// in the log stay: the new leader commits or replaces them.
+    fn fail_lost_proposals(&mut self) {
+        let Some(raw) = self.raw.as_ref() else {
+            return;
+        };
+        if self.pending.is_empty() {
+            return;
+        }
+        let log = &raw.raft.raft_log;
+        let mut in_log = std::collections::HashSet::new();
+        if log.last_index() > log.applied {
+            match log.entries(
+                log.applied + 1,
+                raft::NO_LIMIT,
+                raft::GetEntriesContext::empty(false),
+            ) {
+                Ok(entries) => {
+                    for entry in entries {
+                        if let Some(seq) = local_seq(&entry.context, self.epoch) {
+                            in_log.insert(seq);
+                        }
+                    }
+                }
+                // The log cannot be read here: keep waiting rather than guess.
+                Err(_) => return,
+            }
+        }
+        let lost: Vec<u64> = self
+            .pending
+            .keys()
+            .filter(|seq| !in_log.contains(seq))
+            .copied()
+            .collect();
+        for seq in lost {
+            if let Some(pending) = self.pending.remove(&seq) {
+                fail(
+                    &self.shared,
+                    Some(pending.reply),
+                    "the raft leader changed while the write was in flight; it may or may not \
+                     have been applied"
+                        .into(),
+                );
+            }
+        }
+    }
+
+    /// Every `HOUSEKEEPING_EVERY`: fail what waited longer than the request timeout,
+    /// re-ask unanswered ReadIndex requests, promote caught-up learners.
+    fn housekeeping(&mut self) {
+        let timeout = self.config.request_timeout;
+        let now = Instant::now();
+        let expired: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| now.duration_since(p.since) >= timeout)
+            .map(|(seq, _)| *seq)
+            .collect();
+        for seq in expired {
+            if let Some(pending) = self.pending.remove(&seq) {
+                fail(
+                    &self.shared,
+                    Some(pending.reply),
+                    format!(
+                        "request timed out after {timeout:?} waiting for the raft group to commit it \
+                         (leader changed or quorum lost); it may or may not have been applied"
+                    ),
+                );
+            }
+        }
+        let (expired, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting_for_leader)
+            .into_iter()
+            .partition(|w| now.duration_since(w.since) >= timeout);
+        self.waiting_for_leader = waiting;
+        for waiting in expired {
+            fail(&self.shared, waiting.reply, no_quorum(timeout));
+        }
+        let expired: Vec<u64> = self
+            .reads
+            .iter()
+            .filter(|(_, r)| now.duration_since(r.since) >= timeout)
+            .map(|(context, _)| *context)
+            .collect();
+        for context in expired {
+            if let Some(read) = self.reads.remove(&context) {
+                self.shared.proposals_failed.fetch_add(1, Ordering::Relaxed);
+                for reply in read.replies {
+                    let _ = reply.send(Err(StoreError::Unavailable(no_quorum(timeout))));
                 }
             }
+        }
+        if let Some(raw) = self.raw.as_mut() {
+            let reask = HOUSEKEEPING_EVERY.max(self.tick * 2);
+            for (context, read) in self.reads.iter_mut() {
+                if now.duration_since(read.asked) >= reask {
+                    read.asked = now;
+                    raw.read_index(context.to_le_bytes().to_vec());
+                }
+            }
+        }
+        self.promote_learners();
+    }
+
+    /// On the leader: proposes a caught-up learner's promotion to voter (one at a time;
+    /// a refused or lost proposal is simply made again on a later turn).
+    fn promote_learners(&mut self) {
+        let Some(raw) = self.raw.as_mut() else {
+            return;
+        };
+        if raw.raft.state != StateRole::Leader
+            || raw.raft.pending_conf_index > raw.raft.raft_log.applied
+        {
+            return;
+        }
+        let last = raw.raft.raft_log.last_index();
+        let ready = self.state.conf_state.learners.iter().copied().find(|id| {
+            raw.raft.prs().get(*id).is_some_and(|pr| {
+                pr.state == ProgressState::Replicate
+                    && pr.recent_active
+                    && pr.matched + PROMOTION_LAG_ENTRIES >= last
+            })
+        });
+        let Some(id) = ready else { return };
+        let mut single = raft::eraftpb::ConfChangeSingle::default();
+        single.set_change_type(ConfChangeType::AddNode);
+        single.node_id = id;
+        let mut change = ConfChangeV2::default();
+        change.set_changes(vec![single].into());
+        tracing::info!(member = %format!("{id:x}"), "learner caught up; promoting it to voter");
+        self.propose(Proposal::ConfChange(change), None, Instant::now());
+    }
+
+    /// Fails every proposal and read still waiting (shutdown).
+    fn fail_everything_waiting(&mut self, why: &str) {
+        for (_, pending) in self.pending.drain() {
+            let _ = pending
+                .reply
+                .send(Err(StoreError::Unavailable(why.to_string())));
+        }
+        for waiting in self.waiting_for_leader.drain(..) {
+            if let Some(reply) = waiting.reply {
+                let _ = reply.send(Err(StoreError::Unavailable(why.to_string())));
+            }
+        }
+        let reads = self
+            .new_reads
+            .drain(..)
+            .chain(self.reads.drain().flat_map(|(_, r)| r.replies))
+            .chain(self.answered_reads.drain(..).flat_map(|(_, r)| r));
+        for reply in reads.collect::<Vec<_>>() {
+            let _ = reply.send(Err(StoreError::Unavailable(why.to_string())));
         }
     }
 
@@ -345,6 +840,9 @@ impl Driver {
             config,
             log_rows_on_disk,
             durable,
+            reads,
+            answered_reads,
+            membership_changed,
             ..
         } = self;
         let Some(raw) = raw.as_mut() else {
@@ -356,6 +854,14 @@ impl Driver {
         let mut ready = raw.ready();
         // A leader may send appends before persisting them (raft thesis 10.2.1).
         transport.send(ready.take_messages());
+        for read in ready.take_read_states() {
+            let Ok(context) = <[u8; 8]>::try_from(read.request_ctx.as_slice()) else {
+                continue;
+            };
+            if let Some(pending) = reads.remove(&u64::from_le_bytes(context)) {
+                answered_reads.push((read.index, pending.replies));
+            }
+        }
 
         let snapshot = ready.snapshot().clone();
         let incoming = if snapshot.get_metadata().index > 0 {
@@ -369,10 +875,17 @@ impl Driver {
         let tx = db::write_transaction(&db.conn).map_err(sql)?;
         let mut results: Vec<(Option<u64>, ApplyResult)> = Vec::new();
         if incoming.is_some() {
-            db::install_incoming_snapshot(&tx, state).map_err(sql)?;
             let meta = snapshot.get_metadata();
+            tracing::info!(
+                index = meta.index,
+                term = meta.term,
+                bytes = snapshot.data.len(),
+                "installing a raft snapshot from the leader"
+            );
+            db::install_incoming_snapshot(&tx, state).map_err(sql)?;
             raw.mut_store()
                 .install_snapshot(meta.index, meta.term, meta.get_conf_state().clone());
+            *membership_changed = true;
         }
         apply_entries(
             &tx,
@@ -381,7 +894,10 @@ impl Driver {
             ready.take_committed_entries(),
             *epoch,
             &path,
-            &mut results,
+            &mut ApplyOutput {
+                results: &mut results,
+                membership_changed,
+            },
         )?;
         // Written to the raft_log table after the applies below, once it is known whether
         // anyone could ever read them from there.
@@ -402,7 +918,10 @@ impl Driver {
             light.take_committed_entries(),
             *epoch,
             &path,
-            &mut results,
+            &mut ApplyOutput {
+                results: &mut results,
+                membership_changed,
+            },
         )?;
 
         // A group of one commits what it appends in the same Ready, so the entries are
@@ -469,8 +988,8 @@ impl Driver {
             if let Some(event) = result.event {
                 events.push(Arc::new(event));
             }
-            if let Some(reply) = seq.and_then(|seq| pending.remove(&seq)) {
-                replies.push((reply, result.outcome));
+            if let Some(pending) = seq.and_then(|seq| pending.remove(&seq)) {
+                replies.push((pending.reply, result.outcome));
             }
         }
         let batch = CommittedBatch {
@@ -502,7 +1021,7 @@ impl Driver {
         self.db.detach_incoming_snapshot();
         let disk_full = error.is_disk_full();
         let message = error.to_string();
-        for (_, reply) in self.pending.drain() {
+        for (_, Pending { reply, .. }) in self.pending.drain() {
             let source: Box<dyn std::error::Error + Send + Sync> = if disk_full {
                 Box::new(std::io::Error::new(
                     std::io::ErrorKind::StorageFull,
@@ -593,7 +1112,11 @@ impl Driver {
         let target = by_count.min(by_age);
         if target > self.state.compact_revision {
             tracing::debug!(revision = target, "automatic compaction");
-            self.propose(Command::Compact { revision: target }, None);
+            self.propose(
+                Proposal::Command(Command::Compact { revision: target }),
+                None,
+                Instant::now(),
+            );
         }
     }
 
@@ -667,6 +1190,13 @@ fn log_is_private(conf_state: &raft::eraftpb::ConfState, node_id: u64) -> bool {
         && conf_state.learners_next.is_empty()
 }
 
+/// Where `apply_entries` reports: each entry's outcome (with the local proposal it
+/// answers, if any), and whether the member list changed.
+struct ApplyOutput<'a> {
+    results: &'a mut Vec<(Option<u64>, ApplyResult)>,
+    membership_changed: &'a mut bool,
+}
+
 /// Applies committed entries in order, skipping any already applied.
 fn apply_entries(
     tx: &rusqlite::Transaction<'_>,
@@ -675,8 +1205,14 @@ fn apply_entries(
     entries: Vec<Entry>,
     epoch: u64,
     path: &std::path::Path,
-    results: &mut Vec<(Option<u64>, ApplyResult)>,
+    out: &mut ApplyOutput<'_>,
 ) -> Result<()> {
+    let ApplyOutput {
+        results,
+        membership_changed,
+    } = out;
+    let membership_changed: &mut bool = membership_changed;
+    let results: &mut Vec<(Option<u64>, ApplyResult)> = results;
     for entry in entries {
         if entry.index <= state.applied_index {
             continue;
@@ -686,8 +1222,11 @@ fn apply_entries(
                 if !entry.data.is_empty() {
                     let seq = local_seq(&entry.context, epoch);
                     let result = match Command::decode(&entry.data) {
-                        Ok(command) => db::apply_command(tx, state, command)
-                            .map_err(|e| db::classify(path, e, "applying a write"))?,
+                        Ok(command) => {
+                            *membership_changed |= matches!(command, Command::SetMember { .. });
+                            db::apply_command(tx, state, command)
+                                .map_err(|e| db::classify(path, e, "applying a write"))?
+                        }
                         Err(e) => {
                             tracing::error!(index = entry.index, error = %e, "skipping an undecodable raft entry");
                             ApplyResult {
@@ -699,27 +1238,127 @@ fn apply_entries(
                     results.push((seq, result));
                 }
             }
-            EntryType::EntryConfChange => {
-                let change = ConfChange::parse_from_bytes(&entry.data).map_err(|e| {
+            EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
+                let change = if entry.get_entry_type() == EntryType::EntryConfChange {
+                    ConfChange::parse_from_bytes(&entry.data).map(|c| {
+                        let mut single = raft::eraftpb::ConfChangeSingle::default();
+                        single.set_change_type(c.get_change_type());
+                        single.node_id = c.node_id;
+                        let mut v2 = ConfChangeV2::default();
+                        v2.set_changes(vec![single].into());
+                        v2
+                    })
+                } else {
+                    ConfChangeV2::parse_from_bytes(&entry.data)
+                }
+                .map_err(|e| {
                     StoreError::Unavailable(format!("undecodable membership change: {e}"))
                 })?;
                 let conf_state = raw.apply_conf_change(&change).map_err(|e| {
                     StoreError::Unavailable(format!("applying a membership change: {e}"))
                 })?;
+                for single in change.get_changes() {
+                    if single.get_change_type() == ConfChangeType::RemoveNode {
+                        db::delete_member(tx, single.node_id)
+                            .map_err(|e| db::classify(path, e, "removing a member"))?;
+                    }
+                }
+                tracing::info!(
+                    index = entry.index,
+                    voters = ?conf_state.voters,
+                    learners = ?conf_state.learners,
+                    "raft membership change applied"
+                );
                 raw.mut_store().conf_state = conf_state;
-            }
-            EntryType::EntryConfChangeV2 => {
-                let change = ConfChangeV2::parse_from_bytes(&entry.data).map_err(|e| {
-                    StoreError::Unavailable(format!("undecodable membership change: {e}"))
-                })?;
-                let conf_state = raw.apply_conf_change(&change).map_err(|e| {
-                    StoreError::Unavailable(format!("applying a membership change: {e}"))
-                })?;
-                raw.mut_store().conf_state = conf_state;
+                state.conf_state = raw.store().conf_state.clone();
+                *membership_changed = true;
+                if let Some(seq) = local_seq(&entry.context, epoch) {
+                    results.push((
+                        Some(seq),
+                        ApplyResult {
+                            outcome: Ok(Applied::ConfChanged),
+                            event: None,
+                        },
+                    ));
+                }
             }
         }
         state.applied_index = entry.index;
         state.applied_term = entry.term;
+    }
+    Ok(())
+}
+
+/// Answers `reply` (if any) with an `Unavailable` error and counts the failure.
+fn fail(shared: &SharedState, reply: Option<Reply>, why: String) {
+    shared.proposals_failed.fetch_add(1, Ordering::Relaxed);
+    if let Some(reply) = reply {
+        let _ = reply.send(Err(StoreError::Unavailable(why)));
+    }
+}
+
+fn no_quorum(timeout: Duration) -> String {
+    format!(
+        "the datastore has no quorum: no raft leader within {timeout:?} \
+         (a majority of the servers must be up and reachable)"
+    )
+}
+
+/// A member's peer URL, `https://<ip>:<port>`, as a socket address.
+pub fn peer_address(url: &str) -> Option<std::net::SocketAddr> {
+    url.strip_prefix("https://")?
+        .trim_end_matches('/')
+        .parse()
+        .ok()
+}
+
+/// On the leader, refuses a membership change that would leave the group without a
+/// reachable quorum (etcd's strict reconfiguration check), and a second server joining
+/// while one is still a learner.
+fn check_conf_change(
+    raw: &RawNode<LogStore>,
+    change: &ConfChangeV2,
+) -> std::result::Result<(), String> {
+    if raw.raft.pending_conf_index > raw.raft.raft_log.applied {
+        return Err("another membership change is still being applied; retry".into());
+    }
+    let conf = &raw.store().conf_state;
+    let mut voters: Vec<u64> = conf.voters.clone();
+    for single in change.get_changes() {
+        let id = single.node_id;
+        match single.get_change_type() {
+            ConfChangeType::AddNode => {
+                if !voters.contains(&id) {
+                    voters.push(id);
+                }
+            }
+            ConfChangeType::RemoveNode => voters.retain(|v| *v != id),
+            ConfChangeType::AddLearnerNode => {
+                if conf.learners.iter().any(|l| *l != id) {
+                    return Err(
+                        "another server is still joining the cluster; servers join one at a time"
+                            .into(),
+                    );
+                }
+                voters.retain(|v| *v != id);
+            }
+        }
+    }
+    if voters.is_empty() {
+        return Err("refusing to remove the last voting member".into());
+    }
+    let me = raw.raft.id;
+    let active = voters
+        .iter()
+        .filter(|id| **id == me || raw.raft.prs().get(**id).is_some_and(|pr| pr.recent_active))
+        .count();
+    let quorum = voters.len() / 2 + 1;
+    if active < quorum {
+        return Err(format!(
+            "refusing the membership change: only {active} of the {} voting members it \
+             would leave are reachable, fewer than a quorum of {quorum}",
+            voters.len()
+        ));
     }
     Ok(())
 }
@@ -755,5 +1394,50 @@ impl slog::Drain for TracingDrain {
             _ => tracing::trace!(target: "raft", "{}", record.msg()),
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_urls_are_ip_and_port_only() {
+        assert_eq!(
+            peer_address("https://10.0.0.2:2380"),
+            Some("10.0.0.2:2380".parse().expect("addr"))
+        );
+        assert_eq!(
+            peer_address("https://[fd00::2]:2380/"),
+            Some("[fd00::2]:2380".parse().expect("addr"))
+        );
+        for bad in [
+            "http://10.0.0.2:2380",
+            "https://server-1:2380",
+            "https://10.0.0.2",
+            "https://10.0.0.2:2380/x",
+            "",
+        ] {
+            assert_eq!(peer_address(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn raft_timing_in_ticks() {
+        assert_eq!(
+            RaftTiming::default().ticks(),
+            (Duration::from_millis(100), 10)
+        );
+        let k3s = RaftTiming {
+            heartbeat_interval: Duration::from_millis(500),
+            election_timeout: Duration::from_millis(5000),
+        };
+        assert_eq!(k3s.ticks(), (Duration::from_millis(500), 10));
+        let tight = RaftTiming {
+            heartbeat_interval: Duration::from_millis(1),
+            election_timeout: Duration::from_millis(15),
+        };
+        // The tick has a floor; the election still spans at least two ticks.
+        assert_eq!(tight.ticks(), (Duration::from_millis(10), 2));
     }
 }

@@ -43,11 +43,16 @@ pub(crate) fn save(conn: &Connection, dest: &Path) -> Result<SnapshotInfo> {
     let dest_str = tmp.to_str().ok_or_else(|| {
         StoreError::InvalidArgument(format!("snapshot path {} is not UTF-8", dest.display()))
     })?;
-    // Reader connections are query-only; VACUUM INTO writes only the new file.
+    // Reader connections are query-only; VACUUM INTO writes only the new file. The
+    // setting is put back as it was: the raft driver saves snapshots for lagging members
+    // on its writer connection, which must stay writable.
+    let query_only: i64 = conn
+        .query_row("PRAGMA query_only", [], |r| r.get(0))
+        .unwrap_or(1);
     let vacuum = conn
         .execute_batch("PRAGMA query_only = 0")
         .and_then(|_| conn.execute("VACUUM INTO ?1", [dest_str]));
-    let _ = conn.execute_batch("PRAGMA query_only = 1");
+    let _ = conn.execute_batch(&format!("PRAGMA query_only = {}", query_only.clamp(0, 1)));
     vacuum.map_err(|e| StoreError::io(format!("writing snapshot {}", tmp.display()), e))?;
     let result = (|| {
         let copy =

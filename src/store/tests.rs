@@ -761,7 +761,7 @@ fn raft_snapshot_bytes_install_into_another_database() {
                 .unwrap();
         }
     });
-    let source = db::Database::open(&dir.path().join("src").join(DB_FILE_NAME), 1).unwrap();
+    let source = db::Database::open(&dir.path().join("src").join(DB_FILE_NAME), 1, false).unwrap();
     let bytes = source.snapshot_bytes().unwrap();
     let mut snapshot = raft::eraftpb::Snapshot {
         data: bytes.into(),
@@ -771,7 +771,7 @@ fn raft_snapshot_bytes_install_into_another_database() {
 
     let target_path = dir.path().join("dst").join(DB_FILE_NAME);
     std::fs::create_dir_all(target_path.parent().unwrap()).unwrap();
-    let target = db::Database::open(&target_path, 2).unwrap();
+    let target = db::Database::open(&target_path, 2, false).unwrap();
     let mut state = target.load_state().unwrap();
     target.attach_incoming_snapshot(&snapshot).unwrap();
     let tx = target.conn.unchecked_transaction().unwrap();

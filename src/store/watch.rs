@@ -116,6 +116,19 @@ impl WatchHub {
         });
     }
 
+    /// Ends every stream with `ResyncRequired` after what it has queued: the state was
+    /// replaced wholesale (a raft snapshot from the leader), so watchers must re-list.
+    pub fn resync_all(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        for subscriber in state.subscribers.drain(..) {
+            let mut queue = subscriber.queue.lock().unwrap_or_else(|p| p.into_inner());
+            queue.lagged = true;
+            queue.closed = true;
+            drop(queue);
+            subscriber.notify.notify_one();
+        }
+    }
+
     /// Ends every stream (the store is shutting down).
     pub fn close_all(&self) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
