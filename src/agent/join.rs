@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -108,13 +108,13 @@ pub struct NodeCredentials {
 
 /// The parts of `https://host[:port]`.
 #[derive(Debug, Clone)]
-struct ServerAddr {
-    url: String,
+pub(crate) struct ServerAddr {
+    pub url: String,
     host: String,
     port: u16,
 }
 
-fn server_addr(url: &str) -> Result<ServerAddr, JoinError> {
+pub(crate) fn server_addr(url: &str) -> Result<ServerAddr, JoinError> {
     let unreachable = |reason: &str| JoinError::Unreachable {
         server: url.to_string(),
         reason: reason.to_string(),
@@ -140,7 +140,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn insecure_tls() -> Result<Arc<rustls::ClientConfig>, JoinError> {
+pub(crate) fn insecure_tls() -> Result<Arc<rustls::ClientConfig>, JoinError> {
     let provider = provider();
     let config = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -153,7 +153,7 @@ fn insecure_tls() -> Result<Arc<rustls::ClientConfig>, JoinError> {
     Ok(Arc::new(config))
 }
 
-fn pinned_tls(ca_pem: &str) -> Result<Arc<rustls::ClientConfig>, JoinError> {
+pub(crate) fn pinned_tls(ca_pem: &str) -> Result<Arc<rustls::ClientConfig>, JoinError> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         let cert = cert.map_err(|e| tls_error(&e))?;
@@ -176,11 +176,11 @@ fn tls_error(e: &dyn std::fmt::Display) -> JoinError {
 }
 
 /// One answer of the server.
-struct Reply {
-    status: u16,
-    body: String,
+pub(crate) struct Reply {
+    pub status: u16,
+    pub body: String,
     /// The local address the connection came from: the node's address towards the server.
-    local_ip: IpAddr,
+    pub local_ip: IpAddr,
 }
 
 async fn https_get(
@@ -188,6 +188,18 @@ async fn https_get(
     tls: Arc<rustls::ClientConfig>,
     path: &str,
     headers: &[(&str, String)],
+) -> Result<Reply, JoinError> {
+    https_request(server, tls, http::Method::GET, path, headers, Vec::new()).await
+}
+
+/// One HTTPS request on a connection of its own (the join protocol makes a handful).
+pub(crate) async fn https_request(
+    server: &ServerAddr,
+    tls: Arc<rustls::ClientConfig>,
+    method: http::Method,
+    path: &str,
+    headers: &[(&str, String)],
+    body: Vec<u8>,
 ) -> Result<Reply, JoinError> {
     let unreachable = |reason: String| JoinError::Unreachable {
         server: server.url.clone(),
@@ -213,7 +225,7 @@ async fn https_get(
         tokio::spawn(async move {
             let _ = connection.await;
         });
-        let mut request = http::Request::get(path).header(
+        let mut request = http::Request::builder().method(method).uri(path).header(
             http::header::HOST,
             format!("{}:{}", server.host, server.port),
         );
@@ -221,7 +233,7 @@ async fn https_get(
             request = request.header(*name, value);
         }
         let request = request
-            .body(Empty::<bytes::Bytes>::new())
+            .body(Full::new(bytes::Bytes::from(body)))
             .map_err(|e| unreachable(e.to_string()))?;
         let response = sender
             .send_request(request)

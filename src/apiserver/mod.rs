@@ -30,6 +30,7 @@ pub mod request;
 pub mod sa_token;
 pub mod schema;
 pub mod selectors;
+pub mod server_join;
 pub mod snapshots;
 pub mod status;
 pub mod subresources;
@@ -92,6 +93,49 @@ pub struct ApiServerConfig {
     /// The service-account signing key (`<data-dir>/server/tls/service.key`, created at first
     /// start); `None` disables TokenRequest and service-account bearer tokens.
     pub service_account_key_file: Option<std::path::PathBuf>,
+    /// The raft group's clock.
+    pub raft_timing: crate::store::RaftTiming,
+    /// Replication with other servers; `None`: a one-member store with no peer port.
+    pub cluster: Option<ClusterConfig>,
+}
+
+/// How this server takes part in a multi-server cluster.
+#[derive(Clone)]
+pub struct ClusterConfig {
+    /// This member's name (the node name).
+    pub name: String,
+    /// The raft peer port's listening address.
+    pub peer_listen: SocketAddr,
+    /// The URL other members reach the peer port at, `https://<advertise ip>:2380`.
+    pub peer_url: String,
+    pub peer_tls: crate::store::peers::PeerTls,
+    /// `--cluster-init`: open the peer port even if the store has never been clustered.
+    pub init: bool,
+    /// Set when this server has just joined: its member id and the peers to start with.
+    pub joined: Option<JoinedMember>,
+    /// `<data-dir>/server/tls`, for the bootstrap data other servers fetch.
+    pub tls_dir: std::path::PathBuf,
+    /// The settings every server must share (see [`server_join`]).
+    pub critical: std::collections::BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("name", &self.name)
+            .field("peer_listen", &self.peer_listen)
+            .field("peer_url", &self.peer_url)
+            .field("init", &self.init)
+            .field("joined", &self.joined)
+            .finish()
+    }
+}
+
+/// A server that was just added to the group: its raft id and the members' peer addresses.
+#[derive(Clone, Debug)]
+pub struct JoinedMember {
+    pub id: u64,
+    pub peers: Vec<(u64, SocketAddr)>,
 }
 
 /// Shared state of every request.
@@ -124,6 +168,8 @@ pub struct ApiServer {
     pub state: Arc<AppState>,
     shutdown: tokio::sync::watch::Sender<bool>,
     accept_loop: tokio::task::JoinHandle<()>,
+    /// The raft peer port's accept loop (it holds a handle to the store).
+    peer_loop: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ApiServer {
@@ -137,6 +183,9 @@ impl ApiServer {
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.accept_loop.await;
+        if let Some(peer_loop) = self.peer_loop {
+            peer_loop.abort();
+        }
     }
 }
 
@@ -154,11 +203,7 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
     let local_addr = listener
         .local_addr()
         .context("reading the listening address")?;
-    let store_config = StoreConfig::new(&config.store_dir);
-    let store = tokio::task::spawn_blocking(move || Store::open(store_config))
-        .await
-        .context("opening the store")?
-        .context("opening the store")?;
+    let (store, peer_loop) = open_store(&config).await?;
     let cache = watchcache::WatchCache::start(store.clone())
         .await
         .context("filling the watch cache")?;
@@ -232,7 +277,84 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
         state,
         shutdown,
         accept_loop,
+        peer_loop,
     })
+}
+
+/// Opens the store: alone, or as a member of a raft group with its peer port serving
+/// (with `--cluster-init`, after a join, or when the store on disk is already clustered).
+/// A member waits until it has a leader and has caught up with the group before the API
+/// server goes on, logging while it waits.
+async fn open_store(
+    config: &ApiServerConfig,
+) -> anyhow::Result<(Store, Option<tokio::task::JoinHandle<()>>)> {
+    let mut store_config = StoreConfig::new(&config.store_dir);
+    store_config.timing = config.raft_timing;
+    let Some(cluster) = config.cluster.clone() else {
+        let store = tokio::task::spawn_blocking(move || Store::open(store_config))
+            .await
+            .context("opening the store")?
+            .context("opening the store")?;
+        return Ok((store, None));
+    };
+    if let Some(joined) = &cluster.joined {
+        store_config.node_id = joined.id;
+        store_config.join = true;
+    }
+    let runtime = tokio::runtime::Handle::current();
+    let mut network =
+        crate::store::peers::PeerNetwork::new(runtime, &cluster.peer_tls, store_config.node_id)
+            .with_source(cluster.peer_listen.ip());
+    if let Some(joined) = &cluster.joined {
+        crate::store::Transport::set_peers(&mut network, &joined.peers);
+    }
+    let store = tokio::task::spawn_blocking(move || {
+        Store::open_with_transport(store_config, Box::new(network))
+    })
+    .await
+    .context("opening the store")?
+    .context("opening the store")?;
+    if !(cluster.init || cluster.joined.is_some() || store.is_clustered()) {
+        return Ok((store, None));
+    }
+    let listener = TcpListener::bind(cluster.peer_listen)
+        .await
+        .with_context(|| format!("binding the raft peer port {}", cluster.peer_listen))?;
+    tracing::info!(address = %cluster.peer_listen, member = %format!("{:x}", store.member_id()), "raft peer port listening");
+    let peer_loop = tokio::spawn(crate::store::peers::serve(
+        listener,
+        cluster.peer_tls.clone(),
+        crate::store::peers::store_sink(store.clone()),
+    ));
+    // Wait for a leader and for this member to have applied everything committed.
+    let started = Instant::now();
+    let mut last_log = Instant::now();
+    loop {
+        match store.read_barrier().await {
+            Ok(_) => break,
+            Err(e) => {
+                if last_log.elapsed() >= Duration::from_secs(5) {
+                    last_log = Instant::now();
+                    tracing::warn!(error = %e, waited_s = started.elapsed().as_secs(), "waiting for the datastore's raft group (a majority of the servers must be up)");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    // Record (or update) this member's name and peer URL for the others.
+    let me = store.member_id();
+    let recorded = store
+        .members()
+        .into_iter()
+        .find(|m| m.id == me)
+        .is_some_and(|m| m.name == cluster.name && m.peer_url == cluster.peer_url);
+    if !recorded {
+        store
+            .set_member(me, &cluster.name, &cluster.peer_url)
+            .await
+            .context("recording this server's peer URL in the datastore")?;
+    }
+    Ok((store, Some(peer_loop)))
 }
 
 async fn serve_connection(
@@ -326,6 +448,23 @@ async fn dispatch_unguarded(
 ) -> Response {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
+    if server_join::handles(parts.uri.path()) {
+        let body = match read_body(body, &parts.method).await {
+            Ok(body) => body,
+            Err(e) => return e.into_response(),
+        };
+        let response = server_join::serve(
+            &state,
+            cert_identity.as_ref(),
+            &parts.method,
+            parts.uri.path(),
+            &parts.headers,
+            &body,
+        )
+        .await;
+        tracing::debug!(path = %parts.uri.path(), code = response.status().as_u16(), "server join request");
+        return response;
+    }
     if node_join::handles(parts.uri.path()) {
         let response = node_join::serve(
             &state,
@@ -533,7 +672,7 @@ async fn serve(
         )
     };
     match route {
-        Route::Healthz(which) => Ok(health(which, query)),
+        Route::Healthz(which) => Ok(health(state, which, query)),
         Route::Version => Ok(json(StatusCode::OK, &version())),
         Route::Metrics => {
             let text = state.metrics.render(state.cache.watcher_count());
@@ -679,25 +818,45 @@ async fn serve(
     }
 }
 
-fn health(which: &str, query: &Query) -> Response {
+/// `/healthz`, `/livez`, `/readyz` as kube-apiserver words them. The `etcd` check fails
+/// while this server's store member knows no raft leader (it cannot commit writes nor
+/// serve linearizable reads then).
+fn health(state: &AppState, which: &str, query: &Query) -> Response {
+    let etcd_ok = which == "livez" || which == "healthz" || state.store.has_leader();
     let checks = [
-        "ping",
-        "log",
-        "etcd",
-        "informer-sync",
-        "poststarthook/start-apiextensions-controllers",
+        ("ping", true),
+        ("log", true),
+        ("etcd", etcd_ok),
+        ("informer-sync", true),
+        ("poststarthook/start-apiextensions-controllers", true),
     ];
-    let body = if query.get("verbose").is_some() {
-        let mut text: String = checks.iter().map(|c| format!("[+]{c} ok\n")).collect();
-        text.push_str(&format!("{which} check passed\n"));
+    let healthy = checks.iter().all(|(_, ok)| *ok);
+    let body = if query.get("verbose").is_some() || !healthy {
+        let mut text: String = checks
+            .iter()
+            .map(|(c, ok)| {
+                if *ok {
+                    format!("[+]{c} ok\n")
+                } else {
+                    format!("[-]{c} failed: reason withheld\n")
+                }
+            })
+            .collect();
+        if healthy {
+            text.push_str(&format!("{which} check passed\n"));
+        } else {
+            text.push_str(&format!("{which} check failed\n"));
+        }
         text
     } else {
         "ok".to_string()
     };
-    with_content_type(
-        (StatusCode::OK, body).into_response(),
-        "text/plain; charset=utf-8",
-    )
+    let code = if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
+    with_content_type((code, body).into_response(), "text/plain; charset=utf-8")
 }
 
 /// The server's version as `/version` reports it: the Kubernetes release it serves,

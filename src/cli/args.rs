@@ -150,6 +150,35 @@ pub struct ServerArgs {
     )]
     pub token_file: Option<String>,
 
+    /// (cluster) Initialize a new cluster that other servers can join (the raft peer port
+    /// :2380 opens on the advertise address)
+    #[arg(
+        long,
+        env = "K3RS_CLUSTER_INIT",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+        value_name = "BOOL",
+        help_heading = "Cluster"
+    )]
+    pub cluster_init: Option<bool>,
+
+    /// (cluster) Server to connect to, used to join a cluster, e.g. https://10.0.0.1:6443
+    #[arg(
+        short = 's',
+        long,
+        env = "K3RS_URL",
+        value_name = "URL",
+        help_heading = "Cluster"
+    )]
+    pub server: Option<String>,
+
+    /// (db) Customized flag for the embedded datastore, as key=value (repeatable):
+    /// heartbeat-interval=<ms>, election-timeout=<ms> (etcd's names)
+    #[arg(long, value_name = "KEY=VALUE", help_heading = "Database")]
+    pub etcd_arg: Vec<String>,
+
     /// (agent/node) Node name [default: the hostname]
     #[arg(
         long,

@@ -67,6 +67,12 @@ pub struct ServerConfig {
     pub token: Option<Token>,
     /// `--token-file`, absolute, if given.
     pub token_file: Option<PathBuf>,
+    /// `--cluster-init`: this server starts a cluster other servers may join.
+    pub cluster_init: bool,
+    /// `--server`: the URL of a server of the cluster to join (`https://host:port`).
+    pub join_url: Option<String>,
+    /// `--etcd-arg heartbeat-interval=…,election-timeout=…`.
+    pub raft_timing: crate::store::RaftTiming,
     /// `--node-name`, defaulting to the lower-cased hostname.
     pub node_name: String,
     /// `--cluster-cidr`.
@@ -218,6 +224,9 @@ const KEYS: &[(&str, Kind)] = &[
     ("write-kubeconfig-mode", Kind::One),
     ("token", Kind::One),
     ("token-file", Kind::One),
+    ("cluster-init", Kind::Bool),
+    ("server", Kind::One),
+    ("etcd-arg", Kind::Args),
     ("node-name", Kind::One),
     ("cluster-cidr", Kind::One),
     ("service-cidr", Kind::One),
@@ -389,6 +398,7 @@ fn cli_layer(args: &ServerArgs, debug: Option<bool>) -> Layer {
     one("write-kubeconfig-mode", &args.write_kubeconfig_mode);
     one("token", &args.token);
     one("token-file", &args.token_file);
+    one("server", &args.server);
     one("node-name", &args.node_name);
     one("cluster-cidr", &args.cluster_cidr);
     one("service-cidr", &args.service_cidr);
@@ -399,6 +409,15 @@ fn cli_layer(args: &ServerArgs, debug: Option<bool>) -> Layer {
         one(key, value);
     }
     put_many(&mut layer, "disable", &args.disable);
+    if !args.etcd_arg.is_empty() {
+        layer.insert(
+            "etcd-arg",
+            Setting {
+                raw: Raw::Many(args.etcd_arg.clone()),
+                origin: Origin::CommandLine,
+            },
+        );
+    }
     if !args.kube_controller_manager_arg.is_empty() {
         layer.insert(
             "kube-controller-manager-arg",
@@ -436,6 +455,7 @@ fn cli_layer(args: &ServerArgs, debug: Option<bool>) -> Layer {
             args.disable_controller_manager,
         ),
         ("disable-scheduler", args.disable_scheduler),
+        ("cluster-init", args.cluster_init),
         ("debug", debug),
     ] {
         if let Some(b) = value {
@@ -662,6 +682,19 @@ fn resolve(
     let kcm_args = s.many("kube-controller-manager-arg", |v| Ok(v.to_string()))?;
     let controllers = super::controller_manager::parse_args(&kcm_args, cluster_cidr)
         .map_err(|(arg, reason)| s.invalid("kube-controller-manager-arg", &arg, reason))?;
+    let cluster_init = s.flag("cluster-init");
+    let join_url = s.one("server", parse_server_url)?;
+    let etcd_args = s.many("etcd-arg", |v| Ok(v.to_string()))?;
+    let raft_timing =
+        parse_etcd_args(&etcd_args).map_err(|(arg, reason)| s.invalid("etcd-arg", &arg, reason))?;
+    if cluster_init && join_url.is_some() {
+        return Err(s.invalid(
+            "cluster-init",
+            "true",
+            "--cluster-init starts a new cluster; --server joins an existing one: give one of them"
+                .into(),
+        ));
+    }
     let disable_agent = s.flag("disable-agent");
     let disable_controller_manager = s.flag("disable-controller-manager");
     let disable_scheduler = s.flag("disable-scheduler");
@@ -700,6 +733,9 @@ fn resolve(
         write_kubeconfig_mode,
         token,
         token_file,
+        cluster_init,
+        join_url,
+        raft_timing,
         node_name,
         cluster_cidr,
         service_cidr,
@@ -713,6 +749,66 @@ fn resolve(
         disable,
         debug,
     })
+}
+
+/// `--server`: an `https://` URL with a host (the port defaults to 6443).
+fn parse_server_url(value: &str) -> Result<String, String> {
+    let value = value.trim().trim_end_matches('/');
+    let Some(rest) = value.strip_prefix("https://") else {
+        return Err("must be an https:// URL, e.g. https://10.0.0.1:6443".into());
+    };
+    if rest.is_empty() || rest.contains('/') || rest.contains('@') {
+        return Err("must be https://<host>[:<port>] with no path".into());
+    }
+    let uri: http::Uri = value.parse().map_err(|e| format!("not a valid URL: {e}"))?;
+    if uri.host().is_none_or(str::is_empty) {
+        return Err("names no host".into());
+    }
+    Ok(value.to_string())
+}
+
+/// `--etcd-arg` items k3rs understands: the raft timing, in milliseconds as etcd takes
+/// them. Anything else is refused by name (k3s passes unknown ones to etcd; k3rs has no
+/// etcd to pass them to).
+fn parse_etcd_args(args: &[String]) -> Result<crate::store::RaftTiming, (String, String)> {
+    let mut timing = crate::store::RaftTiming::default();
+    for arg in args {
+        let arg = arg.trim().trim_start_matches("--");
+        let (key, value) = arg
+            .split_once('=')
+            .ok_or_else(|| (arg.to_string(), "expected key=value".to_string()))?;
+        let millis: u64 = value
+            .trim()
+            .parse()
+            .ok()
+            .filter(|ms| (1..=60_000).contains(ms))
+            .ok_or_else(|| {
+                (
+                    arg.to_string(),
+                    "expected milliseconds between 1 and 60000".to_string(),
+                )
+            })?;
+        let duration = std::time::Duration::from_millis(millis);
+        match key.trim() {
+            "heartbeat-interval" => timing.heartbeat_interval = duration,
+            "election-timeout" => timing.election_timeout = duration,
+            other => {
+                return Err((
+                    arg.to_string(),
+                    format!(
+                        "unknown datastore setting {other:?}; k3rs understands heartbeat-interval and election-timeout"
+                    ),
+                ));
+            }
+        }
+    }
+    if timing.election_timeout < timing.heartbeat_interval * 2 {
+        return Err((
+            format!("election-timeout={}", timing.election_timeout.as_millis()),
+            "must be at least twice heartbeat-interval (etcd recommends 10×)".to_string(),
+        ));
+    }
+    Ok(timing)
 }
 
 /// One `--disable` item.
@@ -1298,6 +1394,61 @@ mod tests {
         );
         let no_host = || -> io::Result<String> { Err(io::Error::other("nope")) };
         assert!(load_with(&args, None, &no_file(), &no_host).is_err());
+    }
+
+    #[test]
+    fn cluster_flags() {
+        let c = load_args(&[], &no_file()).expect("valid");
+        assert!(!c.cluster_init && c.join_url.is_none());
+        assert_eq!(c.raft_timing, crate::store::RaftTiming::default());
+        let c = load_args(
+            &[
+                "--cluster-init",
+                "--etcd-arg",
+                "heartbeat-interval=500",
+                "--etcd-arg=election-timeout=5000",
+            ],
+            &no_file(),
+        )
+        .expect("valid");
+        assert!(c.cluster_init);
+        assert_eq!(
+            c.raft_timing.heartbeat_interval,
+            std::time::Duration::from_millis(500)
+        );
+        assert_eq!(
+            c.raft_timing.election_timeout,
+            std::time::Duration::from_millis(5000)
+        );
+        let c = load_args(&["--server", "https://10.0.0.1:6443/"], &no_file()).expect("valid");
+        assert_eq!(c.join_url.as_deref(), Some("https://10.0.0.1:6443"));
+        for (argv, words) in [
+            (&["--server", "http://10.0.0.1:6443"][..], "https://"),
+            (&["--server", "https://10.0.0.1:6443/v1"][..], "no path"),
+            (
+                &["--etcd-arg", "quota-backend-bytes=1"][..],
+                "heartbeat-interval",
+            ),
+            (&["--etcd-arg", "election-timeout=abc"][..], "milliseconds"),
+            (
+                &[
+                    "--etcd-arg",
+                    "heartbeat-interval=600",
+                    "--etcd-arg",
+                    "election-timeout=1000",
+                ][..],
+                "twice",
+            ),
+            (
+                &["--cluster-init", "--server", "https://10.0.0.1:6443"][..],
+                "give one of them",
+            ),
+        ] {
+            let e = load_args(argv, &no_file())
+                .expect_err("refused")
+                .to_string();
+            assert!(e.contains(words), "{argv:?}: {e}");
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod logging;
 pub mod node_config;
 pub mod notify;
 pub mod server;
+pub mod server_join;
 pub mod snapshot_args;
 pub mod snapshot_config;
 pub mod units;

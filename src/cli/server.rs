@@ -30,13 +30,52 @@ pub struct Prepared {
     pub kubeconfig: PathBuf,
     /// The URL in the admin kubeconfig.
     pub api_url: String,
+    /// `--server` on a first start: the cluster accepted the token and sent its bootstrap
+    /// data; the server still has to be added as a member.
+    pub joining: Option<(String, super::server_join::Fetched)>,
 }
+
+/// The raft peer port (etcd's, as k3s uses it).
+pub const PEER_PORT: u16 = 2380;
 
 /// Creates the data directory, certificates, join token and admin kubeconfig, logging what
 /// was written.
 pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
     let server_dir = config.data_dir.join("server");
+    // Joining: everything is checked with the cluster before a byte is written here.
+    let db_exists = server_dir
+        .join("db")
+        .join(crate::store::DB_FILE_NAME)
+        .exists();
+    let joining = match &config.join_url {
+        Some(url) if !db_exists && !config.snapshots.cluster_reset => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            let fetched = runtime
+                .block_on(super::server_join::fetch_bootstrap(config, url))
+                .with_context(|| format!("joining the cluster through {url}"))?;
+            Some((url.clone(), fetched))
+        }
+        Some(_) => {
+            tracing::info!(
+                "the datastore already exists; --server is ignored (it only matters on the first start)"
+            );
+            None
+        }
+        None => None,
+    };
     pki::files::create_private_dir(&server_dir).context("preparing the data directory")?;
+    let tls_dir = server_dir.join("tls");
+    if let Some((url, fetched)) = &joining {
+        pki::files::create_private_dir(&tls_dir).context("preparing the data directory")?;
+        fetched
+            .bootstrap
+            .write(&tls_dir)
+            .context("writing the cluster's certificate authorities")?;
+        tracing::info!(server = %url, "wrote the cluster's certificate authorities");
+    }
 
     let hostname = system_hostname()
         .map(|h| h.to_ascii_lowercase())
@@ -54,12 +93,20 @@ pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
         &config.tls_san,
     );
     tracing::debug!(%sans, "serving certificate names");
+    let mut peer_sans = ServingSans::new();
+    peer_sans.add(&config.node_name);
+    peer_sans.add("localhost");
+    peer_sans.add("127.0.0.1");
+    peer_sans.add(&advertise_ip(config).to_string());
+    for ip in &node_ips {
+        peer_sans.add(&ip.to_string());
+    }
     let options = ServerPkiOptions {
         sans,
         kubelet_node: (!config.disable_agent).then(|| config.node_name.clone()),
         kubelet_ips: node_ips.clone(),
+        peer: Some((config.node_name.clone(), peer_sans)),
     };
-    let tls_dir = server_dir.join("tls");
     let pki = ServerPki::ensure(&tls_dir, &options).context("preparing certificates")?;
     tracing::info!(dir = %tls_dir.display(), "certificates ready");
 
@@ -95,6 +142,59 @@ pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
         token,
         kubeconfig: config.write_kubeconfig.clone(),
         api_url,
+        joining,
+    })
+}
+
+/// The address other servers and agents reach this one at: `--advertise-address`, else
+/// the first node address, else loopback.
+fn advertise_ip(config: &ServerConfig) -> IpAddr {
+    config
+        .advertise_address
+        .or_else(|| node_ips(config).into_iter().next())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+/// How this server takes part in a cluster: its peer port and certificate, and, on a
+/// first start with `--server`, its membership (asked of the cluster now).
+async fn cluster_config(
+    config: &ServerConfig,
+    prepared: &Prepared,
+) -> anyhow::Result<crate::apiserver::ClusterConfig> {
+    let advertise = advertise_ip(config);
+    let peer_listen_ip = if config.bind_address.is_unspecified() {
+        advertise
+    } else {
+        config.bind_address
+    };
+    let peer_url = format!("https://{}", SocketAddr::new(advertise, PEER_PORT));
+    let peer = prepared
+        .pki
+        .peer()
+        .context("no raft peer certificate was issued")?;
+    let peer_tls = crate::store::peers::PeerTls::from_pem(
+        prepared.pki.peer_ca().cert_pem(),
+        &peer.cert_pem,
+        &peer.key_pem,
+    )
+    .map_err(|e| anyhow::anyhow!("loading the raft peer certificate: {e}"))?;
+    let joined = match &prepared.joining {
+        Some((url, fetched)) => Some(
+            super::server_join::add_member(url, fetched, &config.node_name, &peer_url)
+                .await
+                .with_context(|| format!("joining the cluster through {url}"))?,
+        ),
+        None => None,
+    };
+    Ok(crate::apiserver::ClusterConfig {
+        name: config.node_name.clone(),
+        peer_listen: SocketAddr::new(peer_listen_ip, PEER_PORT),
+        peer_url,
+        peer_tls,
+        init: config.cluster_init,
+        joined,
+        tls_dir: prepared.pki.tls_dir().to_path_buf(),
+        critical: super::server_join::critical_settings(config),
     })
 }
 
@@ -143,10 +243,8 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         .map(|t| t.secret)
         .context("reading the server token")?;
     let listen = SocketAddr::new(config.bind_address, config.https_listen_port);
-    let advertise_ip = config
-        .advertise_address
-        .or_else(|| node_ips(&config).into_iter().next())
-        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let advertise_ip = advertise_ip(&config);
+    let cluster = cluster_config(&config, &prepared).await?;
     let apiserver_config = crate::apiserver::ApiServerConfig {
         listen,
         serving_cert_pem: prepared.pki.serving().cert_pem.clone(),
@@ -171,6 +269,8 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
             pki::NodeSigner::from_pki(&prepared.pki).context("preparing the node signer")?,
         )),
         service_account_key_file: Some(config.data_dir.join("server/tls/service.key")),
+        raft_timing: config.raft_timing,
+        cluster: Some(cluster),
     };
     let server = crate::apiserver::start(apiserver_config)
         .await

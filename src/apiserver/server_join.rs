@@ -1,0 +1,303 @@
+//! The endpoints servers use to form one cluster (k3s: `/v1-k3s/server-bootstrap` and its
+//! etcd member calls), on the API port:
+//!
+//! - `GET /v1-k3rs/server-bootstrap`: the cluster's bootstrap data (CA certificates and
+//!   keys, the service-account key, the peer CA; see [`crate::pki::bootstrap::BootstrapData`]) and the
+//!   critical settings every server must share (cluster and service CIDRs, cluster DNS and
+//!   domain), as `{"bootstrap": …, "config": {…}}`;
+//! - `GET /v1-k3rs/members`: the raft group's members;
+//! - `POST /v1-k3rs/members` with `{"name": …, "peerURL": "https://<ip>:2380"}`: adds a
+//!   server as a learner (the leader promotes it once it has caught up) and answers with
+//!   its id and every member's peer URL, which the new server needs to start its store;
+//! - `DELETE /v1-k3rs/members/<name>`: removes a member (refused when the voters left would
+//!   have no reachable quorum).
+//!
+//! Only the server token may call them (k3s's `server` role): `Authorization: Basic
+//! server:<secret>`, the token as a bearer token, or an admin client certificate
+//! (`system:masters`, for the members list and removal). A server that was not started
+//! with `--cluster-init` (or joined) answers 400 with what to do.
+//!
+//! Owns these endpoints only; membership itself is the store's.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use super::authn::Identity;
+use crate::store::{Member, StoreError};
+
+/// Path of the bootstrap data endpoint.
+pub const BOOTSTRAP_PATH: &str = "/v1-k3rs/server-bootstrap";
+/// Path of the member list (and prefix of one member).
+pub const MEMBERS_PATH: &str = "/v1-k3rs/members";
+
+/// Whether `path` is one of this module's endpoints.
+pub fn handles(path: &str) -> bool {
+    path == BOOTSTRAP_PATH || path == MEMBERS_PATH || path.starts_with("/v1-k3rs/members/")
+}
+
+/// What a joining server learns from `server-bootstrap`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BootstrapResponse {
+    pub bootstrap: crate::pki::bootstrap::BootstrapData,
+    /// The settings that must be equal on every server, by flag name.
+    pub config: BTreeMap<String, String>,
+}
+
+/// A request to add a server.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct JoinRequest {
+    pub name: String,
+    #[serde(rename = "peerURL")]
+    pub peer_url: String,
+}
+
+/// One member as the endpoints show it (ids as hex, as etcd prints them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberView {
+    pub id: String,
+    pub name: String,
+    #[serde(rename = "peerURL")]
+    pub peer_url: String,
+    pub role: String,
+    #[serde(rename = "isLeader")]
+    pub is_leader: bool,
+}
+
+/// The answer to a join: the new member and every member.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct JoinResponse {
+    pub member: MemberView,
+    pub members: Vec<MemberView>,
+}
+
+/// The member list.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct MemberList {
+    pub members: Vec<MemberView>,
+}
+
+fn text(code: StatusCode, body: impl Into<String>) -> Response {
+    let mut body = body.into();
+    if !body.ends_with('\n') {
+        body.push('\n');
+    }
+    (
+        code,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+fn json(code: StatusCode, value: &impl Serialize) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(mut bytes) => {
+            bytes.push(b'\n');
+            (code, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+        }
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("encoding: {e}")),
+    }
+}
+
+fn view(member: &Member, leader: Option<u64>) -> MemberView {
+    MemberView {
+        id: format!("{:x}", member.id),
+        name: member.name.clone(),
+        peer_url: member.peer_url.clone(),
+        role: member.role.as_str().to_string(),
+        is_leader: leader == Some(member.id),
+    }
+}
+
+fn views(state: &AppState) -> Vec<MemberView> {
+    let leader = state.store.leader_id();
+    state
+        .store
+        .members()
+        .iter()
+        .map(|m| view(m, leader))
+        .collect()
+}
+
+/// Whether the request carries the server token (Basic `server:<secret>` or as a bearer
+/// token), or, when `admin_ok`, an admin client certificate.
+fn authorized(
+    state: &AppState,
+    headers: &HeaderMap,
+    cert_identity: Option<&Identity>,
+    admin_ok: bool,
+) -> bool {
+    if admin_ok
+        && cert_identity
+            .is_some_and(|identity| identity.groups.iter().any(|g| g == "system:masters"))
+    {
+        return true;
+    }
+    let Some(authorization) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    if let Some(encoded) = authorization.strip_prefix("Basic ") {
+        let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(encoded.trim()) else {
+            return false;
+        };
+        let Ok(decoded) = String::from_utf8(decoded) else {
+            return false;
+        };
+        return match decoded.split_once(':') {
+            Some(("server", secret)) => state
+                .tokens
+                .authenticate(&format!("Bearer {secret}"))
+                .is_some(),
+            _ => false,
+        };
+    }
+    state.tokens.authenticate(authorization).is_some()
+}
+
+/// Serves one request to a [`handles`] path.
+pub async fn serve(
+    state: &Arc<AppState>,
+    cert_identity: Option<&Identity>,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
+    let Some(cluster) = state.config.cluster.as_ref() else {
+        return text(StatusCode::NOT_FOUND, "this server does not accept servers");
+    };
+    let admin_ok = path != BOOTSTRAP_PATH && *method != Method::POST;
+    if !authorized(state, headers, cert_identity, admin_ok) {
+        return text(
+            StatusCode::UNAUTHORIZED,
+            "the server token is required (Authorization: Basic server:<token secret>)",
+        );
+    }
+    if !state.store.is_clustered() {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "this server runs a one-member datastore that other servers cannot join: \
+             restart it with --cluster-init, then join servers to it",
+        );
+    }
+    match (method, path) {
+        (&Method::GET, BOOTSTRAP_PATH) => {
+            match crate::pki::bootstrap::BootstrapData::collect(&cluster.tls_dir) {
+                Ok(bootstrap) => json(
+                    StatusCode::OK,
+                    &BootstrapResponse {
+                        bootstrap,
+                        config: cluster.critical.clone(),
+                    },
+                ),
+                Err(e) => text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("reading the bootstrap data: {e}"),
+                ),
+            }
+        }
+        (&Method::GET, MEMBERS_PATH) => json(
+            StatusCode::OK,
+            &MemberList {
+                members: views(state),
+            },
+        ),
+        (&Method::POST, MEMBERS_PATH) => join(state, body).await,
+        (&Method::DELETE, _) if path.starts_with("/v1-k3rs/members/") => {
+            let name = &path["/v1-k3rs/members/".len()..];
+            remove(state, name).await
+        }
+        _ => text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+    }
+}
+
+async fn join(state: &Arc<AppState>, body: &[u8]) -> Response {
+    let request: JoinRequest = match serde_json::from_slice(body) {
+        Ok(request) => request,
+        Err(e) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("the body must be {{\"name\": …, \"peerURL\": …}}: {e}"),
+            );
+        }
+    };
+    let problems = crate::names::dns1123_subdomain(&request.name);
+    if !problems.is_empty() {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "invalid server name {:?}: {}",
+                request.name,
+                problems.join("; ")
+            ),
+        );
+    }
+    if crate::store::peer_address(&request.peer_url).is_none() {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "invalid peer URL {:?}: expected https://<ip>:<port>",
+                request.peer_url
+            ),
+        );
+    }
+    match state
+        .store
+        .add_learner(&request.name, &request.peer_url)
+        .await
+    {
+        Ok(member) => {
+            tracing::info!(name = %member.name, id = %format!("{:x}", member.id), peer_url = %member.peer_url, "server joining the cluster as a learner");
+            let leader = state.store.leader_id();
+            let mut members = views(state);
+            if !members.iter().any(|m| m.id == format!("{:x}", member.id)) {
+                members.push(view(&member, leader));
+            }
+            json(
+                StatusCode::CREATED,
+                &JoinResponse {
+                    member: view(&member, leader),
+                    members,
+                },
+            )
+        }
+        Err(e @ StoreError::AlreadyExists { .. }) => text(
+            StatusCode::CONFLICT,
+            format!("a server with this name is already a member: {e}"),
+        ),
+        Err(e) => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("adding the server: {e}"),
+        ),
+    }
+}
+
+async fn remove(state: &Arc<AppState>, name: &str) -> Response {
+    let Some(member) = state.store.members().into_iter().find(|m| m.name == name) else {
+        return text(StatusCode::NOT_FOUND, format!("no member named {name:?}"));
+    };
+    match state.store.remove_member(member.id).await {
+        Ok(()) => {
+            tracing::info!(name, id = %format!("{:x}", member.id), "removed a member from the cluster");
+            json(
+                StatusCode::OK,
+                &MemberList {
+                    members: views(state),
+                },
+            )
+        }
+        Err(e) => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("removing member {name:?}: {e}"),
+        ),
+    }
+}
