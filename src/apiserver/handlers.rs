@@ -71,6 +71,17 @@ fn key_of(target: &Target) -> String {
         .key(target.namespace.as_deref(), name_of(target))
 }
 
+/// The revision a consistent read (no resourceVersion) must reflect: every write
+/// acknowledged before the request, on any server (raft ReadIndex in a group of
+/// servers; the local revision on a lone one).
+pub(crate) async fn consistent_revision(state: &AppState) -> Result<i64, ApiError> {
+    state
+        .store
+        .read_barrier()
+        .await
+        .map_err(|e| ApiError::from_store(e, "", "", ""))
+}
+
 fn store_err<'a>(info: &'a ResourceInfo, name: &'a str) -> impl Fn(StoreError) -> ApiError + 'a {
     move |e| ApiError::from_store(e, &info.group, &info.plural, name)
 }
@@ -264,7 +275,7 @@ pub async fn get(state: &AppState, target: &Target, query: &Query, want: Want) -
             .map(|kv| stored_to_response(&kv))
     } else if rv.is_empty() {
         // Consistent read: wait until the cache has everything the store has.
-        let current = state.store.current_revision();
+        let current = consistent_revision(state).await?;
         state.cache.wait_for(current, Duration::from_secs(3)).await;
         state.cache.get(&key).map(|o| o.bytes)
     } else {
@@ -452,7 +463,7 @@ pub async fn list(state: &AppState, target: &Target, query: &Query, want: Want) 
         apply_limit(&mut items, limit, &mut more);
     } else {
         let wanted = if rv.is_empty() {
-            state.store.current_revision()
+            consistent_revision(state).await?
         } else {
             rv.parse::<i64>()
                 .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?
@@ -736,7 +747,7 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: 
         }
     } else if initial_state {
         if rv.is_empty() {
-            let current = state.store.current_revision();
+            let current = consistent_revision(state).await?;
             state.cache.wait_for(current, Duration::from_secs(3)).await;
         }
         let (objects, receiver, revision) = state.cache.snapshot_and_subscribe(&prefix);
@@ -885,7 +896,7 @@ async fn check_namespace(
     if cached.is_none() {
         // Made elsewhere (another server, a restore) and maybe not applied yet:
         // catch up with everything committed before answering NotFound.
-        let current = state.store.current_revision();
+        let current = consistent_revision(state).await?;
         state.cache.wait_for(current, Duration::from_secs(3)).await;
         cached = state.cache.get(&key);
     }
@@ -1217,6 +1228,11 @@ where
         } else {
             None
         };
+        // As kube's GuaranteedUpdate: a copy from the cache may be stale, so a change
+        // that fails on it, or that would leave it unchanged, is tried again on the
+        // store's current copy before it answers (a patch's `test` or a no-op verdict
+        // against an old version would not be linearizable).
+        let from_cache = cached.is_some();
         let current = match cached {
             Some(object) => Current {
                 bytes: object.bytes,
@@ -1240,7 +1256,13 @@ where
             "resourceVersion".into(),
             json!(current.mod_revision.to_string()),
         );
-        let (mut new, warnings, owned, old) = match change(&old)? {
+        let prepared = match change(&old) {
+            Ok(prepared) => prepared,
+            Err(_) if from_cache => continue,
+            Err(e) => return Err(e),
+        };
+        let (mut new, warnings, owned, old) = match prepared {
+            Prepared::Unchanged(_) if from_cache => continue,
             Prepared::Unchanged(bytes) => return Ok(json_response(StatusCode::OK, bytes)),
             Prepared::Write(new, warnings) => (new, warnings, false, Some(old)),
             Prepared::Owned(new) => (new, Vec::new(), true, Some(old)),
@@ -1786,7 +1808,7 @@ pub async fn delete_collection(
     let filter = Filter::from_query(info, query)?;
     let prefix = info.namespace_prefix(target.namespace.as_deref());
     let (objects, revision) = if super::watchcache::is_cached(&prefix) {
-        let current = state.store.current_revision();
+        let current = consistent_revision(state).await?;
         state.cache.wait_for(current, Duration::from_secs(3)).await;
         state.cache.list(&prefix, None)
     } else {
