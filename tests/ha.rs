@@ -1,0 +1,950 @@
+//! High availability (issue 23): several real `k3rs server` processes form one raft group
+//! by joining with the token, each on its own loopback address (127.0.N.x, default ports
+//! 6443 and 2380), with `--disable-agent`. Writes and reads go through every server's API
+//! with kube-rs; servers are killed with SIGKILL; partitions are nftables drops between
+//! the loopback addresses (root only).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use serde_json::Value;
+
+const TOKEN_SECRET: &str = "s3cret-ha-test";
+
+/// One server of a test group.
+struct Member {
+    name: String,
+    ip: String,
+    dir: PathBuf,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+impl Member {
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig.yaml")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    fn url(&self) -> String {
+        format!("https://{}:6443", self.ip)
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("server.log"))
+            .expect("log file");
+        let child = Command::new(support::k3rs_bin())
+            .arg("server")
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .args(["--bind-address", &self.ip, "--advertise-address", &self.ip])
+            .args(["--node-name", &self.name])
+            .arg("--write-kubeconfig")
+            .arg(self.kubeconfig())
+            .arg("--disable-agent")
+            .args(&self.extra)
+            .env_remove("K3RS_TOKEN")
+            .env_remove("K3RS_URL")
+            .env_remove("K3RS_DATA_DIR")
+            .env("RUST_LOG", "info")
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start k3rs server");
+        self.child = Some(child);
+    }
+
+    /// Waits for `/readyz`; panics with the log if the process exits or time runs out.
+    fn wait_ready(&mut self, timeout: Duration) {
+        if let Err(e) = self.try_wait_ready(timeout) {
+            panic!("{e}:\n{}", self.log());
+        }
+    }
+
+    fn try_wait_ready(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(format!("{} exited early ({status})", self.name));
+            }
+            if self.kubeconfig().exists() {
+                let out = Command::new("kubectl")
+                    .arg("--kubeconfig")
+                    .arg(self.kubeconfig())
+                    .args(["get", "--raw", "/readyz", "--request-timeout=2s"])
+                    .output()
+                    .expect("run kubectl (install kubectl)");
+                if out.status.success() {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!("{} not ready in {timeout:?}", self.name));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    async fn client(&self) -> kube::Client {
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(self.kubeconfig()).expect("read kubeconfig");
+        let mut config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("kubeconfig");
+        config.read_timeout = Some(Duration::from_secs(10));
+        config.write_timeout = Some(Duration::from_secs(10));
+        config.connect_timeout = Some(Duration::from_secs(2));
+        kube::Client::try_from(config).expect("client")
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A group of servers on `127.0.<subnet>.1..=n`.
+struct Group {
+    _root: tempfile::TempDir,
+    members: Vec<Member>,
+}
+
+impl Group {
+    /// Starts the first server with `--cluster-init`, then joins `n - 1` more with its
+    /// full token, one after another, and waits until all are voters.
+    fn start(subnet: u8, n: usize) -> Group {
+        let root = tempfile::tempdir().expect("temp dir");
+        let mut members = Vec::new();
+        for i in 1..=n {
+            let dir = root.path().join(format!("server-{i}"));
+            std::fs::create_dir_all(&dir).expect("dir");
+            members.push(Member {
+                name: format!("server-{i}"),
+                ip: format!("127.0.{subnet}.{i}"),
+                dir,
+                child: None,
+                extra: Vec::new(),
+            });
+        }
+        members[0].extra = vec![
+            "--cluster-init".into(),
+            "--token".into(),
+            TOKEN_SECRET.into(),
+        ];
+        members[0].spawn();
+        members[0].wait_ready(Duration::from_secs(60));
+        let token = std::fs::read_to_string(members[0].dir.join("data/server/token"))
+            .expect("the first server's token file")
+            .trim()
+            .to_string();
+        assert!(token.starts_with("K10"), "full token: {token}");
+        let first_url = members[0].url();
+        for member in members.iter_mut().skip(1) {
+            member.extra = vec![
+                "--server".into(),
+                first_url.clone(),
+                "--token".into(),
+                token.clone(),
+            ];
+            member.spawn();
+            member.wait_ready(Duration::from_secs(60));
+        }
+        let group = Group {
+            _root: root,
+            members,
+        };
+        group.wait_voters(n, Duration::from_secs(30));
+        group
+    }
+
+    /// Restarts member `i` (same data dir and flags) and waits for it; panics with every
+    /// member's log.
+    fn restart(&mut self, i: usize) {
+        self.members[i].spawn();
+        if let Err(e) = self.members[i].try_wait_ready(Duration::from_secs(60)) {
+            panic!("{e}:\n{}", self.logs());
+        }
+    }
+
+    fn logs(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| {
+                let log: String = m
+                    .log()
+                    .lines()
+                    .filter(|l| !l.contains("reconciling object"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                format!("===== {} =====\n{}\n", m.name, tail(&log, 80))
+            })
+            .collect()
+    }
+
+    /// The member list as one live server sees it.
+    fn members_seen_by(&self, index: usize) -> Option<Vec<Value>> {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(self.members[index].kubeconfig())
+            .args(["get", "--raw", "/v1-k3rs/members", "--request-timeout=3s"])
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let value: Value = serde_json::from_slice(&out.stdout).ok()?;
+        value["members"].as_array().cloned()
+    }
+
+    fn wait_voters(&self, n: usize, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let voters = self
+                .members_seen_by(0)
+                .map(|m| m.iter().filter(|m| m["role"] == "voter").count())
+                .unwrap_or(0);
+            if voters == n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{voters} of {n} voters after {timeout:?}:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The index of the member that leads, as the live ones agree.
+    fn leader(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            for (i, member) in self.members.iter().enumerate() {
+                if member.child.is_none() {
+                    continue;
+                }
+                if let Some(list) = self.members_seen_by(i)
+                    && let Some(leader) = list.iter().find(|m| m["isLeader"] == true)
+                    && let Some(index) = self
+                        .members
+                        .iter()
+                        .position(|m| leader["name"] == m.name.as_str())
+                {
+                    return index;
+                }
+            }
+            assert!(Instant::now() < deadline, "no leader:\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn config_map(name: &str, value: &str) -> ConfigMap {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name},
+        "data": {"v": value},
+    }))
+    .expect("config map")
+}
+
+/// Every ConfigMap of `default` whose name starts with `prefix`, name → resourceVersion.
+async fn config_maps(client: &kube::Client, prefix: &str) -> BTreeMap<String, String> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .expect("list config maps");
+    list.items
+        .into_iter()
+        .filter_map(|cm| {
+            let name = cm.metadata.name?;
+            name.starts_with(prefix)
+                .then(|| (name, cm.metadata.resource_version.unwrap_or_default()))
+        })
+        .collect()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn three_servers_join_and_every_server_reads_every_write() {
+    let group = Group::start(31, 3);
+    let rt = runtime();
+    rt.block_on(async {
+        let clients = [
+            group.members[0].client().await,
+            group.members[1].client().await,
+            group.members[2].client().await,
+        ];
+        // Written through one server, read at once through the others: same object,
+        // same resourceVersion.
+        for round in 0..9 {
+            let writer = round % 3;
+            let name = format!("ryw-{round}");
+            let api: Api<ConfigMap> = Api::namespaced(clients[writer].clone(), "default");
+            let created = api
+                .create(
+                    &PostParams::default(),
+                    &config_map(&name, &round.to_string()),
+                )
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("create through server {writer}: {e}\n{}", group.logs())
+                });
+            let rv = created.metadata.resource_version.clone().expect("rv");
+            for (reader, client) in clients.iter().enumerate() {
+                let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+                let got = api.get(&name).await.unwrap_or_else(|e| {
+                    panic!(
+                        "{name} written through {writer} not readable through {reader}: {e}\n{}",
+                        group.logs()
+                    )
+                });
+                assert_eq!(
+                    got.metadata.resource_version.as_deref(),
+                    Some(rv.as_str()),
+                    "same revision on every server"
+                );
+            }
+        }
+        // A watch on a follower from a revision written through the leader sees the
+        // next write made through the third server.
+        let lists: Vec<BTreeMap<String, String>> = futures_lists(&clients, "ryw-").await;
+        assert_eq!(lists[0], lists[1]);
+        assert_eq!(lists[1], lists[2]);
+        assert_eq!(lists[0].len(), 9);
+    });
+    // The member list shows three voters with their names and peer URLs.
+    let members = group.members_seen_by(2).expect("members");
+    for member in &group.members {
+        let seen = members
+            .iter()
+            .find(|m| m["name"] == member.name.as_str())
+            .unwrap_or_else(|| panic!("{} not in {members:?}", member.name));
+        assert_eq!(seen["peerURL"], format!("https://{}:2380", member.ip));
+        assert_eq!(seen["role"], "voter");
+    }
+    // Joins and leader elections are logged at info.
+    assert!(
+        group.members[0]
+            .log()
+            .contains("raft membership change applied")
+    );
+}
+
+async fn futures_lists(clients: &[kube::Client], prefix: &str) -> Vec<BTreeMap<String, String>> {
+    let mut lists = Vec::new();
+    for client in clients {
+        lists.push(config_maps(client, prefix).await);
+    }
+    lists
+}
+
+/// What the writers of a load run saw.
+#[derive(Default)]
+struct LoadRecord {
+    /// name → resourceVersion of every acknowledged create.
+    acknowledged: std::sync::Mutex<BTreeMap<String, String>>,
+    /// When the first write that started after the kill succeeded.
+    first_success_after_kill: std::sync::Mutex<Option<Instant>>,
+}
+
+#[test]
+fn leader_killed_under_load_loses_no_acknowledged_write_and_returns_by_snapshot() {
+    let mut group = Group::start(32, 3);
+    let rt = runtime();
+    let leader = group.leader();
+    let mut clients = Vec::new();
+    for member in &group.members {
+        clients.push(rt.block_on(member.client()));
+    }
+    let record = Arc::new(LoadRecord::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let dead = Arc::new(AtomicUsize::new(usize::MAX));
+    let killed_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
+    let mut writers = Vec::new();
+    for writer in 0..16usize {
+        let (clients, record, stop, dead, killed_at) = (
+            clients.clone(),
+            record.clone(),
+            stop.clone(),
+            dead.clone(),
+            killed_at.clone(),
+        );
+        writers.push(rt.spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                // Through every server in turn, skipping the one that was killed.
+                let mut target = (writer + i as usize) % clients.len();
+                if target == dead.load(Ordering::SeqCst) {
+                    target = (target + 1) % clients.len();
+                }
+                let name = format!("load-{writer}-{i}");
+                i += 1;
+                let api: Api<ConfigMap> = Api::namespaced(clients[target].clone(), "default");
+                let started = Instant::now();
+                let result = tokio::time::timeout(
+                    Duration::from_secs(12),
+                    api.create(&PostParams::default(), &config_map(&name, "x")),
+                )
+                .await;
+                if let Ok(Ok(created)) = result {
+                    let rv = created.metadata.resource_version.unwrap_or_default();
+                    record.acknowledged.lock().expect("lock").insert(name, rv);
+                    let killed = *killed_at.lock().expect("lock");
+                    if let Some(killed) = killed
+                        && started > killed
+                    {
+                        let mut first = record.first_success_after_kill.lock().expect("lock");
+                        if first.is_none() {
+                            *first = Some(Instant::now());
+                        }
+                    }
+                } else {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let before_kill = record.acknowledged.lock().expect("lock").len();
+    assert!(
+        before_kill > 50,
+        "the load runs: {before_kill} writes in 3 s"
+    );
+    dead.store(leader, Ordering::SeqCst);
+    *killed_at.lock().expect("lock") = Some(Instant::now());
+    let kill_time = Instant::now();
+    group.members[leader].kill();
+    // Writes go on through the survivors; keep them going long enough that the log is
+    // truncated past the dead member (raft_log_keep is 1000 entries).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let after = record.acknowledged.lock().expect("lock").len() - before_kill;
+        if after > 1600 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {after} writes after the kill in 60 s:\n{}",
+            group.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let first = record
+        .first_success_after_kill
+        .lock()
+        .expect("lock")
+        .expect("a write succeeded after the kill");
+    let failover = first.duration_since(kill_time);
+    eprintln!("failover: first write after the leader's SIGKILL succeeded after {failover:?}");
+    assert!(
+        failover < Duration::from_secs(4),
+        "writes resumed only after {failover:?}:\n{}",
+        group.logs()
+    );
+    stop.store(true, Ordering::SeqCst);
+    for writer in writers {
+        rt.block_on(writer).expect("writer");
+    }
+    let acknowledged = record.acknowledged.lock().expect("lock").clone();
+    // Every acknowledged write is on every survivor, with the same revision.
+    for (i, client) in clients.iter().enumerate() {
+        if i == leader {
+            continue;
+        }
+        let seen = rt.block_on(config_maps(client, "load-"));
+        for (name, rv) in &acknowledged {
+            assert_eq!(
+                seen.get(name),
+                Some(rv),
+                "acknowledged {name}@{rv} missing or different on server {i}"
+            );
+        }
+    }
+    // The killed server restarts (same data dir, same flags) and converges: it was
+    // away for more than the kept log, so it needs a snapshot.
+    group.restart(leader);
+    let survivor = (leader + 1) % 3;
+    let reference = rt.block_on(config_maps(&clients[survivor], "load-"));
+    let client = rt.block_on(group.members[leader].client());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = rt.block_on(config_maps(&client, "load-"));
+        if seen == reference {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the restarted server did not converge ({} vs {} objects):\n{}",
+            seen.len(),
+            reference.len(),
+            group.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        group.members[leader]
+            .log()
+            .contains("installing a raft snapshot"),
+        "the returning member caught up by snapshot:\n{}",
+        tail(&group.members[leader].log(), 100)
+    );
+    group.wait_voters(3, Duration::from_secs(10));
+}
+
+/// A join that cannot work fails with a clear message, a non-zero exit, and nothing
+/// written to the data dir.
+#[test]
+fn joins_that_cannot_work_are_refused_and_write_nothing() {
+    let group = Group::start(33, 1);
+    let token = std::fs::read_to_string(group.members[0].dir.join("data/server/token"))
+        .expect("token")
+        .trim()
+        .to_string();
+    let url = group.members[0].url();
+    let wrong_hash = format!("K10{}::server:{TOKEN_SECRET}", "0".repeat(64));
+    let cases: Vec<(&str, Vec<String>, &str)> = vec![
+        (
+            "wrong token",
+            vec![
+                "--server".into(),
+                url.clone(),
+                "--token".into(),
+                "nope".into(),
+            ],
+            "rejected the token",
+        ),
+        (
+            "wrong CA hash",
+            vec!["--server".into(), url.clone(), "--token".into(), wrong_hash],
+            "does not match the hash in the token",
+        ),
+        (
+            "other cluster CIDR",
+            vec![
+                "--server".into(),
+                url.clone(),
+                "--token".into(),
+                token.clone(),
+                "--cluster-cidr".into(),
+                "10.99.0.0/16".into(),
+            ],
+            "critical configuration value mismatch",
+        ),
+        (
+            "unreachable server",
+            vec![
+                "--server".into(),
+                "https://127.0.33.250:6443".into(),
+                "--token".into(),
+                token.clone(),
+            ],
+            "cannot reach the server",
+        ),
+    ];
+    for (i, (case, args, expected)) in cases.into_iter().enumerate() {
+        let dir = tempfile::tempdir().expect("dir");
+        let data = dir.path().join("data");
+        let out = Command::new(support::k3rs_bin())
+            .arg("server")
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--bind-address", &format!("127.0.33.{}", 10 + i)])
+            .args(["--node-name", &format!("joiner-{i}")])
+            .arg("--write-kubeconfig")
+            .arg(dir.path().join("kubeconfig.yaml"))
+            .arg("--disable-agent")
+            .args(&args)
+            .env_remove("K3RS_TOKEN")
+            .env_remove("K3RS_URL")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run k3rs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "{case}: must fail:\n{text}");
+        assert!(
+            text.contains(expected),
+            "{case}: message should say {expected:?}:\n{text}"
+        );
+        let written: Vec<_> = std::fs::read_dir(&data)
+            .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(written.is_empty(), "{case}: wrote {written:?}");
+        assert!(
+            !dir.path().join("kubeconfig.yaml").exists(),
+            "{case}: wrote a kubeconfig"
+        );
+    }
+}
+
+/// nftables rules that cut one loopback address off the others' raft peer port (both
+/// directions; the API port stays open). Removed on drop.
+struct Partition {
+    table: String,
+}
+
+impl Partition {
+    fn isolate(ip: &str, subnet: u8) -> Partition {
+        let table = format!("k3rs-ha-test-{subnet}");
+        let script = format!(
+            "table inet {table} {{\n  chain output {{\n    type filter hook output priority 0; policy accept;\n    \
+             ip saddr {ip} tcp dport 2380 drop\n    ip daddr {ip} tcp dport 2380 drop\n  }}\n}}\n"
+        );
+        let mut child = Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("run nft (apt-get install nftables; the partition test runs as root)");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(script.as_bytes())
+            .expect("write the nft script");
+        assert!(
+            child.wait().expect("nft").success(),
+            "nft refused:\n{script}"
+        );
+        Partition { table }
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", &self.table])
+            .status();
+    }
+}
+
+fn require_root_and_nft() {
+    let uid = Command::new("id").arg("-u").output().expect("id");
+    assert_eq!(
+        String::from_utf8_lossy(&uid.stdout).trim(),
+        "0",
+        "the partition test needs root (it programs nftables), as CI runs it"
+    );
+    assert!(
+        Command::new("nft")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "the partition test needs nft: apt-get install nftables"
+    );
+}
+
+async fn create(client: &kube::Client, name: &str) -> Result<String, String> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    match tokio::time::timeout(
+        Duration::from_secs(12),
+        api.create(&PostParams::default(), &config_map(name, "x")),
+    )
+    .await
+    {
+        Ok(Ok(created)) => Ok(created.metadata.resource_version.unwrap_or_default()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer in 12 s".into()),
+    }
+}
+
+#[test]
+fn an_isolated_leader_stops_taking_writes_and_the_majority_goes_on() {
+    require_root_and_nft();
+    let subnet = 34;
+    let group = Group::start(subnet, 3);
+    let rt = runtime();
+    let leader = group.leader();
+    let majority: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let mut clients = Vec::new();
+    for member in &group.members {
+        clients.push(rt.block_on(member.client()));
+    }
+    let mut acknowledged = BTreeMap::new();
+    for i in 0..20 {
+        let name = format!("part-before-{i}");
+        let rv = rt
+            .block_on(create(&clients[i % 3], &name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        acknowledged.insert(name, rv);
+    }
+    let partition = Partition::isolate(&group.members[leader].ip, subnet);
+    let cut = Instant::now();
+    // The majority elects a leader of its own and takes writes again.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut n = 0;
+    let resumed = loop {
+        let name = format!("part-majority-{n}");
+        n += 1;
+        if let Ok(rv) = rt.block_on(create(&clients[majority[n % 2]], &name)) {
+            acknowledged.insert(name, rv);
+            break cut.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the majority took no write within 15 s of the partition:\n{}",
+            group.logs()
+        );
+    };
+    eprintln!("partition: the majority took writes again after {resumed:?}");
+    // The cut-off leader steps down (check_quorum) and takes no write: each attempt fails.
+    for i in 0..2 {
+        let name = format!("part-minority-{i}");
+        let outcome = rt.block_on(create(&clients[leader], &name));
+        assert!(
+            outcome.is_err(),
+            "the isolated server acknowledged {name}: {outcome:?}"
+        );
+    }
+    for i in 0..20 {
+        let name = format!("part-during-{i}");
+        let rv = rt
+            .block_on(create(&clients[majority[i % 2]], &name))
+            .unwrap_or_else(|e| panic!("{name} through the majority: {e}\n{}", group.logs()));
+        acknowledged.insert(name, rv);
+    }
+    drop(partition);
+    // Healed: every member holds the same objects, and nothing acknowledged is lost.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let lists: Vec<BTreeMap<String, String>> = rt.block_on(futures_lists(&clients, "part-"));
+        let complete = acknowledged
+            .iter()
+            .all(|(name, rv)| lists.iter().all(|l| l.get(name) == Some(rv)));
+        if complete && lists[0] == lists[1] && lists[1] == lists[2] {
+            // Writes the minority refused may or may not exist (a timed-out proposal can
+            // still commit); the majority's view decides, and everyone agrees on it.
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "members differ 30 s after healing:\n{}",
+            group.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A history of get / put / compare-and-set on a few ConfigMaps through random servers,
+/// with a server killed and restarted mid-run, checked for linearizability (etcd's
+/// robustness tests, with our own checker). `K3RS_HA_TRIALS` sets the number of trials.
+#[test]
+fn histories_with_a_killed_server_are_linearizable() {
+    use support_linearizability::{Input, Operation, Output, check};
+    let trials: usize = std::env::var("K3RS_HA_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let mut group = Group::start(35, 3);
+    let rt = runtime();
+    let epoch = Instant::now();
+    for trial in 0..trials {
+        let mut clients = Vec::new();
+        for member in &group.members {
+            clients.push(rt.block_on(member.client()));
+        }
+        let keys: Vec<String> = (0..3).map(|k| format!("lin-{trial}-{k}")).collect();
+        for key in &keys {
+            let api: Api<ConfigMap> = Api::namespaced(clients[0].clone(), "default");
+            rt.block_on(api.create(&PostParams::default(), &config_map(key, "init")))
+                .unwrap_or_else(|e| panic!("creating {key}: {e}"));
+        }
+        let history = Arc::new(std::sync::Mutex::new(Vec::<Operation>::new()));
+        // Seed the model: the keys start with "init" (a put that finished before anything).
+        for key in &keys {
+            history.lock().expect("lock").push(Operation {
+                client: usize::MAX,
+                key: key.clone(),
+                input: Input::Put("init".into()),
+                output: Output::Ok,
+                call: 0,
+                ret: 1,
+            });
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let down = Arc::new(AtomicUsize::new(usize::MAX));
+        let mut tasks = Vec::new();
+        for client_id in 0..6usize {
+            let (clients, keys, history, stop, down) = (
+                clients.clone(),
+                keys.clone(),
+                history.clone(),
+                stop.clone(),
+                down.clone(),
+            );
+            tasks.push(rt.spawn(async move {
+                let mut n = 0usize;
+                let mut last_seen: BTreeMap<String, String> = BTreeMap::new();
+                while !stop.load(Ordering::SeqCst) {
+                    n += 1;
+                    let mut server = (client_id * 7 + n * 13) % clients.len();
+                    if server == down.load(Ordering::SeqCst) {
+                        server = (server + 1) % clients.len();
+                    }
+                    let key = keys[(client_id + n * 5) % keys.len()].clone();
+                    let api: Api<ConfigMap> = Api::namespaced(clients[server].clone(), "default");
+                    let value = format!("c{client_id}-{n}");
+                    let kind = (client_id + n) % 3;
+                    let call = epoch.elapsed().as_nanos() as u64 + 2;
+                    let (input, output) = match kind {
+                        0 => {
+                            let got =
+                                tokio::time::timeout(Duration::from_secs(8), api.get(&key)).await;
+                            let output = match got {
+                                Ok(Ok(cm)) => {
+                                    let v = cm.data.and_then(|d| d.get("v").cloned());
+                                    if let Some(v) = &v {
+                                        last_seen.insert(key.clone(), v.clone());
+                                    }
+                                    Output::Value(v)
+                                }
+                                _ => Output::Unknown,
+                            };
+                            (Input::Get, output)
+                        }
+                        1 => {
+                            let patch = serde_json::json!({"data": {"v": value}});
+                            let done = tokio::time::timeout(
+                                Duration::from_secs(8),
+                                api.patch(
+                                    &key,
+                                    &kube::api::PatchParams::default(),
+                                    &kube::api::Patch::Merge(&patch),
+                                ),
+                            )
+                            .await;
+                            let output = match done {
+                                Ok(Ok(_)) => Output::Ok,
+                                _ => Output::Unknown,
+                            };
+                            (Input::Put(value.clone()), output)
+                        }
+                        _ => {
+                            let expected = last_seen
+                                .get(&key)
+                                .cloned()
+                                .unwrap_or_else(|| "init".into());
+                            let patch = serde_json::json!([
+                                {"op": "test", "path": "/data/v", "value": expected},
+                                {"op": "replace", "path": "/data/v", "value": value},
+                            ]);
+                            let request = http::Request::patch(format!(
+                                "/api/v1/namespaces/default/configmaps/{key}"
+                            ))
+                            .header("Content-Type", "application/json-patch+json")
+                            .body(serde_json::to_vec(&patch).expect("patch"))
+                            .expect("request");
+                            let done = tokio::time::timeout(
+                                Duration::from_secs(8),
+                                clients[server].request_text(request),
+                            )
+                            .await;
+                            let output = match done {
+                                Ok(Ok(_)) => Output::Ok,
+                                Ok(Err(kube::Error::Api(status))) if status.code == 422 => {
+                                    Output::CasFailed
+                                }
+                                _ => Output::Unknown,
+                            };
+                            (
+                                Input::Cas {
+                                    expected: Some(expected),
+                                    new: value.clone(),
+                                },
+                                output,
+                            )
+                        }
+                    };
+                    let ret = epoch.elapsed().as_nanos() as u64 + 2;
+                    history.lock().expect("lock").push(Operation {
+                        client: client_id,
+                        key,
+                        input,
+                        output,
+                        call,
+                        ret,
+                    });
+                }
+            }));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        let victim = if trial % 2 == 0 {
+            group.leader()
+        } else {
+            (group.leader() + 1) % 3
+        };
+        down.store(victim, Ordering::SeqCst);
+        group.members[victim].kill();
+        std::thread::sleep(Duration::from_secs(3));
+        group.restart(victim);
+        down.store(usize::MAX, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_secs(2));
+        stop.store(true, Ordering::SeqCst);
+        for task in tasks {
+            rt.block_on(task).expect("client");
+        }
+        let history = history.lock().expect("lock").clone();
+        let completed = history
+            .iter()
+            .filter(|op| op.output != Output::Unknown)
+            .count();
+        eprintln!(
+            "trial {trial}: {} operations ({completed} with an answer), server {victim} killed",
+            history.len()
+        );
+        assert!(completed > 100, "too few operations completed: {completed}");
+        if let Err(violation) = check(&history) {
+            panic!("trial {trial}: {violation}\n{}", group.logs());
+        }
+    }
+}
+
+#[path = "support/linearizability.rs"]
+mod support_linearizability;
