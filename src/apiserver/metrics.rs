@@ -96,3 +96,67 @@ impl Metrics {
         out
     }
 }
+
+/// The store's raft figures under etcd's metric names, so dashboards and alerts written
+/// for k3s's embedded etcd read them unchanged.
+pub fn render_store(store: &crate::store::Store) -> String {
+    let mut out = String::new();
+    let gauge = |out: &mut String, name: &str, help: &str, kind: &str, value: u64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    };
+    gauge(
+        &mut out,
+        "etcd_server_has_leader",
+        "Whether or not a leader exists. 1 is existence, 0 is not.",
+        "gauge",
+        u64::from(store.has_leader()),
+    );
+    gauge(
+        &mut out,
+        "etcd_server_is_leader",
+        "Whether or not this member is a leader. 1 if is, 0 otherwise.",
+        "gauge",
+        u64::from(store.is_leader()),
+    );
+    gauge(
+        &mut out,
+        "etcd_server_leader_changes_seen_total",
+        "The number of leader changes seen.",
+        "counter",
+        store.leader_changes(),
+    );
+    gauge(
+        &mut out,
+        "etcd_server_proposals_failed_total",
+        "The total number of failed proposals seen.",
+        "counter",
+        store.proposals_failed(),
+    );
+    let round_trips = store.peer_round_trips();
+    let name = "etcd_network_peer_round_trip_time_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Round-Trip-Time histogram between peers\n# TYPE {name} histogram"
+    );
+    for (peer, histogram) in round_trips {
+        let to = format!("{peer:x}");
+        for (count, bound) in histogram
+            .buckets
+            .iter()
+            .zip(crate::store::RttHistogram::BOUNDS)
+        {
+            let _ = writeln!(out, "{name}_bucket{{To=\"{to}\",le=\"{bound}\"}} {count}");
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{To=\"{to}\",le=\"+Inf\"}} {}",
+            histogram.count
+        );
+        let _ = writeln!(out, "{name}_sum{{To=\"{to}\"}} {}", histogram.sum_seconds);
+        let _ = writeln!(out, "{name}_count{{To=\"{to}\"}} {}", histogram.count);
+    }
+    out
+}

@@ -675,7 +675,8 @@ async fn serve(
         Route::Healthz(which) => Ok(health(state, which, query)),
         Route::Version => Ok(json(StatusCode::OK, &version())),
         Route::Metrics => {
-            let text = state.metrics.render(state.cache.watcher_count());
+            let mut text = state.metrics.render(state.cache.watcher_count());
+            text.push_str(&metrics::render_store(&state.store));
             Ok(with_content_type(
                 (StatusCode::OK, text).into_response(),
                 "text/plain; version=0.0.4",

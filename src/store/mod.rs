@@ -221,6 +221,42 @@ pub(crate) struct SharedState {
     pub members: Mutex<Vec<Member>>,
     /// This member's raft id.
     pub own_id: AtomicU64,
+    /// Heartbeat round trips to each peer (leader only), etcd's buckets.
+    pub peer_rtt: Mutex<std::collections::BTreeMap<u64, RttHistogram>>,
+}
+
+/// Round-trip times of heartbeats to one peer, in etcd's buckets for
+/// `etcd_network_peer_round_trip_time_seconds` (0.1 ms doubling 16 times).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RttHistogram {
+    /// Observations at or below each bound of [`RttHistogram::BOUNDS`] (cumulative).
+    pub buckets: [u64; 16],
+    pub count: u64,
+    pub sum_seconds: f64,
+}
+
+impl RttHistogram {
+    /// Upper bounds in seconds.
+    pub const BOUNDS: [f64; 16] = {
+        let mut bounds = [0.0001; 16];
+        let mut i = 1;
+        while i < 16 {
+            bounds[i] = bounds[i - 1] * 2.0;
+            i += 1;
+        }
+        bounds
+    };
+
+    pub fn observe(&mut self, rtt: Duration) {
+        let seconds = rtt.as_secs_f64();
+        for (bucket, bound) in self.buckets.iter_mut().zip(Self::BOUNDS) {
+            if seconds <= bound {
+                *bucket += 1;
+            }
+        }
+        self.count += 1;
+        self.sum_seconds += seconds;
+    }
 }
 
 /// Counters that show what the store did (group commit, compaction).
@@ -480,6 +516,16 @@ impl Store {
     /// Proposals that failed (timed out, refused or lost) since it started.
     pub fn proposals_failed(&self) -> u64 {
         self.inner.shared.proposals_failed.load(Ordering::Relaxed)
+    }
+
+    /// Heartbeat round trips to each peer, by member id (measured while leading).
+    pub fn peer_round_trips(&self) -> Vec<(u64, RttHistogram)> {
+        self.inner
+            .shared
+            .peer_rtt
+            .lock()
+            .map(|m| m.iter().map(|(id, h)| (*id, h.clone())).collect())
+            .unwrap_or_default()
     }
 
     /// The group's members, voters first, each with its name and peer URL (a member

@@ -127,6 +127,8 @@ pub(crate) struct Driver {
     membership_changed: bool,
     /// Raft's tick (see `RaftTiming`).
     tick: Duration,
+    /// When the oldest unanswered heartbeat to each peer left (for the round-trip time).
+    heartbeats_out: HashMap<u64, Instant>,
     /// Distinguishes this process's proposals from entries proposed before a restart.
     epoch: u64,
     /// Whether the raft_log table mirrors the in-memory log. A group of one leaves it
@@ -180,6 +182,7 @@ impl Driver {
             last_housekeeping: now,
             membership_changed: true,
             tick,
+            heartbeats_out: HashMap::new(),
             epoch,
             log_rows_on_disk: true,
             next_seq: 1,
@@ -475,6 +478,12 @@ impl Driver {
             }
             Input::ReadIndex { reply } => self.new_reads.push(reply),
             Input::Step(message) => {
+                if message.get_msg_type() == raft::eraftpb::MessageType::MsgHeartbeatResponse
+                    && let Some(sent) = self.heartbeats_out.remove(&message.from)
+                    && let Ok(mut rtt) = self.shared.peer_rtt.lock()
+                {
+                    rtt.entry(message.from).or_default().observe(sent.elapsed());
+                }
                 if let Some(raw) = self.raw.as_mut()
                     && let Err(e) = raw.step(*message)
                 {
@@ -843,6 +852,7 @@ impl Driver {
             reads,
             answered_reads,
             membership_changed,
+            heartbeats_out,
             ..
         } = self;
         let Some(raw) = raw.as_mut() else {
@@ -853,7 +863,18 @@ impl Driver {
         }
         let mut ready = raw.ready();
         // A leader may send appends before persisting them (raft thesis 10.2.1).
-        transport.send(ready.take_messages());
+        let messages = ready.take_messages();
+        let now = Instant::now();
+        for message in &messages {
+            if message.get_msg_type() == raft::eraftpb::MessageType::MsgHeartbeat {
+                // The oldest unanswered one, unless it was lost (a peer that was down).
+                let sent = heartbeats_out.entry(message.to).or_insert(now);
+                if now.duration_since(*sent) > Duration::from_secs(5) {
+                    *sent = now;
+                }
+            }
+        }
+        transport.send(messages);
         for read in ready.take_read_states() {
             let Ok(context) = <[u8; 8]>::try_from(read.request_ctx.as_slice()) else {
                 continue;
