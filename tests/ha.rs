@@ -371,6 +371,122 @@ fn three_servers_join_and_every_server_reads_every_write() {
             .log()
             .contains("raft membership change applied")
     );
+    // etcd's metric names, on every server; the leader measures peer round trips.
+    let leader = group.leader();
+    for (i, member) in group.members.iter().enumerate() {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(member.kubeconfig())
+            .args(["get", "--raw", "/metrics"])
+            .output()
+            .expect("kubectl");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("etcd_server_has_leader 1"), "{text}");
+        assert!(text.contains("etcd_server_leader_changes_seen_total"));
+        assert!(text.contains("etcd_server_proposals_failed_total"));
+        assert_eq!(
+            text.contains("etcd_server_is_leader 1"),
+            i == leader,
+            "only the leader says it leads"
+        );
+        if i == leader {
+            assert!(
+                text.contains("etcd_network_peer_round_trip_time_seconds_count{To="),
+                "{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn five_servers_form_one_group() {
+    let group = Group::start(36, 5);
+    let rt = runtime();
+    rt.block_on(async {
+        let mut clients = Vec::new();
+        for member in &group.members {
+            clients.push(member.client().await);
+        }
+        for (i, client) in clients.iter().enumerate() {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+            api.create(
+                &PostParams::default(),
+                &config_map(&format!("five-{i}"), "x"),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("create through server {i}: {e}"));
+        }
+        let lists = futures_lists(&clients, "five-").await;
+        for list in &lists {
+            assert_eq!(list.len(), 5);
+            assert_eq!(list, &lists[0]);
+        }
+    });
+}
+
+/// With two of three servers gone the survivor has no quorum: writes fail within the
+/// request timeout with a Status that says so (no hang, no crash), and reads with
+/// resourceVersion=0 still answer from the cache.
+#[test]
+fn without_quorum_writes_fail_clearly_and_cached_reads_answer() {
+    let mut group = Group::start(37, 3);
+    let rt = runtime();
+    let client = rt.block_on(group.members[0].client());
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    rt.block_on(api.create(&PostParams::default(), &config_map("quorum-before", "x")))
+        .expect("create");
+    group.members[1].kill();
+    group.members[2].kill();
+    // kubectl, as a user would (kube-rs retries 503s by itself).
+    let started = Instant::now();
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(group.members[0].kubeconfig())
+        .args([
+            "create",
+            "configmap",
+            "quorum-after",
+            "--request-timeout=30s",
+        ])
+        .output()
+        .expect("kubectl");
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a write without quorum must fail");
+    assert!(
+        stderr.contains("quorum"),
+        "the error says the datastore lost its quorum: {stderr}\n{}",
+        group.logs()
+    );
+    assert!(took < Duration::from_secs(12), "failed only after {took:?}");
+    let listed = rt
+        .block_on(api.list(&ListParams::default().match_any()))
+        .map(|l| l.items.len());
+    assert!(
+        listed.as_ref().is_ok_and(|n| *n >= 1),
+        "a resourceVersion=0 list answers from the cache: {listed:?}"
+    );
+    // /readyz says why.
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(group.members[0].kubeconfig())
+        .args(["get", "--raw", "/readyz?verbose"])
+        .output()
+        .expect("kubectl");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "readyz fails without quorum: {text}");
+    // The process is still up.
+    assert!(
+        group.members[0]
+            .child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().is_ok_and(|s| s.is_none())),
+        "the survivor keeps running"
+    );
 }
 
 async fn futures_lists(clients: &[kube::Client], prefix: &str) -> Vec<BTreeMap<String, String>> {
