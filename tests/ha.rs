@@ -1074,3 +1074,136 @@ fn histories_with_a_killed_server_are_linearizable() {
 
 #[path = "support/linearizability.rs"]
 mod support_linearizability;
+
+fn kubectl_raw(member: &Member, verb: &str, path: &str) -> (bool, String) {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(member.kubeconfig())
+        .args([verb, "--raw", path, "--request-timeout=20s"])
+        .output()
+        .expect("kubectl");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `DELETE /v1-k3rs/members/<name>` removes a member (the surface node deletion will
+/// use); a removal that would leave the voters without a reachable quorum is refused.
+#[test]
+fn members_are_removed_through_the_api_unless_quorum_would_be_lost() {
+    let mut group = Group::start(38, 3);
+    let leader = group.leader();
+    let dead = (leader + 1) % 3;
+    let live = (leader + 2) % 3;
+    group.members[dead].kill();
+    // check_quorum notices the dead member within an election timeout or two.
+    std::thread::sleep(Duration::from_secs(3));
+    let live_name = group.members[live].name.clone();
+    let (ok, text) = kubectl_raw(
+        &group.members[leader],
+        "delete",
+        &format!("/v1-k3rs/members/{live_name}"),
+    );
+    assert!(
+        !ok,
+        "removing a live voter while another is down must be refused: {text}"
+    );
+    assert!(text.contains("quorum"), "the refusal says why: {text}");
+    // Removing the dead one leaves two live voters: done.
+    let dead_name = group.members[dead].name.clone();
+    let (ok, text) = kubectl_raw(
+        &group.members[leader],
+        "delete",
+        &format!("/v1-k3rs/members/{dead_name}"),
+    );
+    assert!(ok, "removing {dead_name}: {text}\n{}", group.logs());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut names: Vec<String> = group
+            .members_seen_by(live)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|m| m["name"].as_str().map(str::to_string))
+            .collect();
+        names.sort();
+        let mut want = vec![group.members[leader].name.clone(), live_name.clone()];
+        want.sort();
+        if names == want {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "members after removal: {names:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let rt = runtime();
+    let client = rt.block_on(group.members[live].client());
+    rt.block_on(create(&client, "after-removal"))
+        .unwrap_or_else(|e| panic!("write with two voters: {e}\n{}", group.logs()));
+    let (ok, text) = kubectl_raw(&group.members[leader], "delete", "/v1-k3rs/members/nobody");
+    assert!(!ok && text.contains("no member named"), "{text}");
+}
+
+/// k3s's recovery after losing quorum: `--cluster-reset` on the survivor makes it a
+/// one-member cluster with its data; refused while another member still runs.
+#[test]
+fn cluster_reset_makes_the_survivor_a_one_member_cluster_with_its_data() {
+    let mut group = Group::start(39, 3);
+    let rt = runtime();
+    let client = rt.block_on(group.members[0].client());
+    for i in 0..5 {
+        rt.block_on(create(&client, &format!("reset-{i}")))
+            .unwrap_or_else(|e| panic!("reset-{i}: {e}"));
+    }
+    let reset = |member: &Member, extra: &[&str]| {
+        Command::new(support::k3rs_bin())
+            .arg("server")
+            .arg("--data-dir")
+            .arg(member.dir.join("data"))
+            .args([
+                "--bind-address",
+                &member.ip,
+                "--advertise-address",
+                &member.ip,
+            ])
+            .args(["--node-name", &member.name])
+            .arg("--write-kubeconfig")
+            .arg(member.kubeconfig())
+            .arg("--disable-agent")
+            .arg("--cluster-reset")
+            .args(extra)
+            .env_remove("K3RS_TOKEN")
+            .output()
+            .expect("run k3rs")
+    };
+    // server-1 stops; server-2 still runs: refused.
+    group.members[0].kill();
+    let out = reset(&group.members[0], &[]);
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "reset while others run: {text}");
+    assert!(text.contains("still running"), "{text}");
+    // Both others gone: the reset goes through, and the server comes back alone.
+    group.members[1].kill();
+    group.members[2].kill();
+    let out = reset(&group.members[0], &[]);
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "reset: {text}");
+    group.restart(0);
+    let members = group.members_seen_by(0).expect("members");
+    assert_eq!(members.len(), 1, "{members:?}");
+    assert_eq!(members[0]["name"], "server-1");
+    assert_eq!(members[0]["role"], "voter");
+    let client = rt.block_on(group.members[0].client());
+    let kept = rt.block_on(config_maps(&client, "reset-"));
+    assert_eq!(kept.len(), 5, "the data survived the reset: {kept:?}");
+    rt.block_on(create(&client, "after-reset"))
+        .unwrap_or_else(|e| panic!("a write after the reset: {e}\n{}", group.logs()));
+}

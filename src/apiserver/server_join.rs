@@ -82,17 +82,31 @@ pub struct MemberList {
     pub members: Vec<MemberView>,
 }
 
-fn text(code: StatusCode, body: impl Into<String>) -> Response {
-    let mut body = body.into();
-    if !body.ends_with('\n') {
-        body.push('\n');
-    }
-    (
+/// A refusal as a `metav1.Status`, so kubectl (`get --raw`, `delete --raw`) prints its
+/// message.
+fn text(code: StatusCode, message: impl Into<String>) -> Response {
+    let message = message.into();
+    let reason = match code {
+        StatusCode::BAD_REQUEST => "BadRequest",
+        StatusCode::UNAUTHORIZED => "Unauthorized",
+        StatusCode::NOT_FOUND => "NotFound",
+        StatusCode::CONFLICT => "AlreadyExists",
+        StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowed",
+        StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailable",
+        _ => "InternalError",
+    };
+    json(
         code,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        body,
+        &serde_json::json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message.trim_end(),
+            "reason": reason,
+            "code": code.as_u16(),
+        }),
     )
-        .into_response()
 }
 
 fn json(code: StatusCode, value: &impl Serialize) -> Response {

@@ -228,6 +228,7 @@ async fn cluster_reset(config: &ServerConfig) -> anyhow::Result<()> {
         snapshot_dir: settings.dir.clone(),
         source: config.snapshots.cluster_reset_restore_path.clone(),
         s3: settings.s3.clone(),
+        refuse_if_peers_reachable: !config.snapshots.cluster_reset_force,
     };
     let report = restore::restore(&options)
         .await

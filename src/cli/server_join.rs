@@ -137,6 +137,14 @@ pub async fn fetch_bootstrap(config: &ServerConfig, url: &str) -> anyhow::Result
     })
 }
 
+/// The message of a `metav1.Status` body, or the body itself.
+fn message_of(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_string))
+        .unwrap_or_else(|| body.trim().to_string())
+}
+
 fn basic_auth(secret: &str) -> (&'static str, String) {
     let encoded = base64::engine::general_purpose::STANDARD.encode(format!("server:{secret}"));
     ("Authorization", format!("Basic {encoded}"))
@@ -176,11 +184,11 @@ pub async fn add_member(
                     .with_context(|| format!("{url}{MEMBERS_PATH} sent no member"))?;
                 return joined(&response);
             }
-            Ok(reply) if reply.status == 503 => reply.body.trim().to_string(),
+            Ok(reply) if reply.status == 503 => message_of(&reply.body),
             Ok(reply) => bail!(
                 "joining the cluster through {url}: {} {}",
                 reply.status,
-                reply.body.trim()
+                message_of(&reply.body)
             ),
             Err(e) if e.is_transient() => e.to_string(),
             Err(e) => return Err(e.into()),

@@ -181,6 +181,11 @@ pub struct ServerSnapshotArgs {
     /// (db) Path to snapshot file to be restored (or a snapshot name on S3, with the S3 flags)
     #[arg(long, value_name = "PATH", help_heading = "Cluster")]
     pub cluster_reset_restore_path: Option<String>,
+    /// (cluster) Reset even while other members of the cluster answer on their peer port
+    #[arg(long, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = BoolishValueParser::new(),
+          value_name = "BOOL", help_heading = "Cluster")]
+    pub cluster_reset_force: Option<bool>,
     #[command(flatten)]
     pub s3: S3Args,
 }
@@ -209,6 +214,7 @@ impl ServerSnapshotArgs {
             ("etcd-disable-snapshots", self.etcd_disable_snapshots),
             ("etcd-snapshot-compress", self.etcd_snapshot_compress),
             ("cluster-reset", self.cluster_reset),
+            ("cluster-reset-force", self.cluster_reset_force),
         ];
         out.extend(self.s3.bools());
         out
@@ -224,6 +230,7 @@ pub const CONFIG_KEYS: &[(&str, bool)] = &[
     ("etcd-snapshot-name", false),
     ("etcd-snapshot-compress", true),
     ("cluster-reset", true),
+    ("cluster-reset-force", true),
     ("cluster-reset-restore-path", false),
     ("etcd-s3", true),
     ("etcd-s3-endpoint", false),

@@ -33,6 +33,8 @@ pub struct SnapshotServerConfig {
     pub cluster_reset: bool,
     /// `--cluster-reset-restore-path`.
     pub cluster_reset_restore_path: Option<String>,
+    /// `--cluster-reset-force`: reset even while other members answer.
+    pub cluster_reset_force: bool,
 }
 
 /// The default snapshot directory for a data dir.
@@ -99,6 +101,7 @@ pub(super) fn resolve(
         },
         cluster_reset,
         cluster_reset_restore_path: restore_path,
+        cluster_reset_force: s.flag("cluster-reset-force"),
     })
 }
 

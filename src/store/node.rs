@@ -484,10 +484,19 @@ impl Driver {
                 {
                     rtt.entry(message.from).or_default().observe(sent.elapsed());
                 }
-                if let Some(raw) = self.raw.as_mut()
-                    && let Err(e) = raw.step(*message)
-                {
-                    tracing::debug!(error = %e, "raft message ignored");
+                if let Some(raw) = self.raw.as_mut() {
+                    // A membership change a follower forwarded gets the leader's safety
+                    // check too (raft-rs would take it unchecked).
+                    if message.get_msg_type() == raft::eraftpb::MessageType::MsgPropose
+                        && raw.raft.state == StateRole::Leader
+                        && let Some(refusal) = forwarded_conf_change_refusal(raw, &message)
+                    {
+                        tracing::warn!(from = %format!("{:x}", message.from), reason = %refusal, "refused a membership change forwarded by a member");
+                        return false;
+                    }
+                    if let Err(e) = raw.step(*message) {
+                        tracing::debug!(error = %e, "raft message ignored");
+                    }
                 }
             }
             Input::Unreachable { peer, snapshot } => {
@@ -1382,6 +1391,26 @@ fn check_conf_change(
         ));
     }
     Ok(())
+}
+
+/// Why the leader refuses a proposal message carrying a membership change (see
+/// `check_conf_change`), if it does.
+fn forwarded_conf_change_refusal(
+    raw: &RawNode<LogStore>,
+    message: &raft::eraftpb::Message,
+) -> Option<String> {
+    for entry in message.get_entries() {
+        if entry.get_entry_type() != EntryType::EntryConfChangeV2 {
+            continue;
+        }
+        let Ok(change) = ConfChangeV2::parse_from_bytes(&entry.data) else {
+            return Some("undecodable membership change".into());
+        };
+        if let Err(refusal) = check_conf_change(raw, &change) {
+            return Some(refusal);
+        }
+    }
+    None
 }
 
 /// The sequence number of a proposal made by this process, if `context` is one.

@@ -154,6 +154,7 @@ pub fn restore_snapshot(snapshot: &Path, dir: &Path, node_id: u64) -> Result<Sna
         let mut state =
             db::load_state(&conn).map_err(|e| classify(&tmp, e, "reading the restored state"))?;
         // A new one-member group that starts where the snapshot ends.
+        let taken_by = state.node_id;
         state.node_id = node_id;
         state.conf_state = raft::eraftpb::ConfState {
             voters: vec![node_id],
@@ -173,6 +174,26 @@ pub fn restore_snapshot(snapshot: &Path, dir: &Path, node_id: u64) -> Result<Sna
             .map_err(|e| classify(&tmp, e, "restoring"))?;
         tx.execute_batch("DELETE FROM raft_log;")
             .map_err(|e| classify(&tmp, e, "restoring"))?;
+        // The member that took the snapshot becomes the new group's only member, under
+        // the new id, keeping its name and peer URL (so a reset member of a cluster stays
+        // joinable); the others are forgotten.
+        let has_members: i64 = tx
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = 'members'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| classify(&tmp, e, "restoring"))?;
+        if has_members > 0 {
+            tx.execute("DELETE FROM members WHERE id != ?1", [taken_by as i64])
+                .and_then(|_| {
+                    tx.execute(
+                        "UPDATE members SET id = ?1 WHERE id = ?2",
+                        [node_id as i64, taken_by as i64],
+                    )
+                })
+                .map_err(|e| classify(&tmp, e, "restoring"))?;
+        }
         tx.execute(
             "UPDATE state SET node_id = ?1 WHERE id = 0",
             [node_id as i64],

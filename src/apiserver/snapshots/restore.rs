@@ -24,6 +24,9 @@ pub struct RestoreOptions {
     /// A file path, or a snapshot name (local directory first, then S3).
     pub source: Option<String>,
     pub s3: Option<S3Config>,
+    /// Resetting a member of a cluster to its own data: refuse while another member
+    /// answers on its peer port (it would go on as a second cluster).
+    pub refuse_if_peers_reachable: bool,
 }
 
 /// What a restore did.
@@ -126,6 +129,39 @@ async fn current_state(options: &RestoreOptions, staging: &Path) -> Result<PathB
         .await
         .map_err(|e| SnapshotError::Failed(format!("opening the store: {e}")))?
         .map_err(|e| SnapshotError::Failed(format!("opening the store: {e}")))?;
+    if options.refuse_if_peers_reachable {
+        let me = store.member_id();
+        let others: Vec<store::Member> =
+            store.members().into_iter().filter(|m| m.id != me).collect();
+        let reachable = tokio::task::spawn_blocking(move || {
+            others
+                .into_iter()
+                .filter(|m| {
+                    store::peer_address(&m.peer_url).is_some_and(|address| {
+                        std::net::TcpStream::connect_timeout(
+                            &address,
+                            std::time::Duration::from_secs(1),
+                        )
+                        .is_ok()
+                    })
+                })
+                .map(|m| format!("{} ({})", m.name, m.peer_url))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        if !reachable.is_empty() {
+            tokio::task::spawn_blocking(move || store.close())
+                .await
+                .map_err(|e| SnapshotError::Failed(format!("closing the store: {e}")))?;
+            return Err(SnapshotError::Failed(format!(
+                "other members of the cluster are still running: {}; stop k3rs on them \
+                 first (a reset member would go on as a second cluster), or pass \
+                 --cluster-reset-force",
+                reachable.join(", ")
+            )));
+        }
+    }
     let dest = staging.join("current.db");
     let saved = store.save_snapshot(&dest).await;
     tokio::task::spawn_blocking(move || store.close())
