@@ -447,13 +447,37 @@ async fn k3rs_load(
     duration: Duration,
     failover: Option<(Arc<Failover>, Arc<AtomicBool>)>,
 ) -> Result<LoadReport> {
+    let clients = group.clients.clone();
+    run_load(clients.len(), duration, failover, move |target, name| {
+        let api: Api<ConfigMap> = Api::namespaced(clients[target].clone(), "default");
+        async move {
+            api.create(&PostParams::default(), &config_map(&name))
+                .await
+                .is_ok()
+        }
+    })
+    .await
+}
+
+/// 16 writers, each writing fresh names round-robin over `members` with `write(member,
+/// name)` for `duration` (or, in a failover run, until told to stop, skipping the dead
+/// member and reporting the first success after the kill), every write timed.
+async fn run_load<W, F>(
+    members: usize,
+    duration: Duration,
+    failover: Option<(Arc<Failover>, Arc<AtomicBool>)>,
+    write: W,
+) -> Result<LoadReport>
+where
+    W: Fn(usize, String) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = bool> + Send,
+{
     static RUN: AtomicU64 = AtomicU64::new(0);
     let run = RUN.fetch_add(1, Ordering::SeqCst);
     let started = Instant::now();
     let mut tasks = Vec::new();
     for writer in 0..WRITERS {
-        let clients = group.clients.clone();
-        let failover = failover.clone();
+        let (write, failover) = (write.clone(), failover.clone());
         tasks.push(tokio::spawn(async move {
             let mut latencies = stats::Latencies::new();
             let mut n = 0usize;
@@ -463,28 +487,25 @@ async fn k3rs_load(
                     None if started.elapsed() >= duration => break,
                     _ => {}
                 }
-                let target = failover
-                    .as_ref()
-                    .map_or((writer + n) % clients.len(), |(f, _)| {
-                        f.target(writer, n, clients.len())
-                    });
+                let target = failover.as_ref().map_or((writer + n) % members, |(f, _)| {
+                    f.target(writer, n, members)
+                });
                 n += 1;
-                let api: Api<ConfigMap> = Api::namespaced(clients[target].clone(), "default");
-                let name = format!("bench-{run}-{writer}-{n}");
                 let t = Instant::now();
-                let created = tokio::time::timeout(
+                let written = tokio::time::timeout(
                     Duration::from_secs(10),
-                    api.create(&PostParams::default(), &config_map(&name)),
+                    write(target, format!("bench-{run}-{writer}-{n}")),
                 )
                 .await;
-                if matches!(created, Ok(Ok(_))) {
+                if matches!(written, Ok(true)) {
                     latencies.record(t.elapsed());
                     if let Some((f, _)) = &failover {
                         f.note_success(t);
                     }
-                } else if failover.is_none() {
-                    eprintln!("k3rs write failed: {created:?}");
                 } else {
+                    if failover.is_none() {
+                        eprintln!("a write failed during the load run");
+                    }
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
             }
@@ -693,62 +714,20 @@ async fn etcd_load(
     duration: Duration,
     failover: Option<(Arc<Failover>, Arc<AtomicBool>)>,
 ) -> Result<LoadReport> {
-    static RUN: AtomicU64 = AtomicU64::new(0);
-    let run = RUN.fetch_add(1, Ordering::SeqCst);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for writer in 0..WRITERS {
-        let clients: Vec<etcd::KvClient> = cluster
-            .channels
-            .iter()
-            .map(|c| etcd::KvClient::new(c.clone()))
-            .collect();
-        let failover = failover.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = stats::Latencies::new();
-            let mut n = 0usize;
-            let value = vec![b'x'; VALUE_SIZE];
-            loop {
-                match &failover {
-                    Some((_, stop)) if stop.load(Ordering::SeqCst) => break,
-                    None if started.elapsed() >= duration => break,
-                    _ => {}
-                }
-                let target = failover
-                    .as_ref()
-                    .map_or((writer + n) % clients.len(), |(f, _)| {
-                        f.target(writer, n, clients.len())
-                    });
-                n += 1;
-                let key = format!("/registry/configmaps/default/bench-{run}-{writer}-{n}");
-                let t = Instant::now();
-                let put = tokio::time::timeout(
-                    Duration::from_secs(10),
-                    clients[target].put(key.as_bytes(), value.clone()),
-                )
-                .await;
-                if matches!(put, Ok(Ok(_))) {
-                    latencies.record(t.elapsed());
-                    if let Some((f, _)) = &failover {
-                        f.note_success(t);
-                    }
-                } else {
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-            }
-            latencies
-        }));
-    }
-    let mut all = stats::Latencies::new();
-    for task in tasks {
-        all.merge(task.await.context("writer")?);
-    }
-    let summary = all.summary();
-    Ok(LoadReport {
-        rate: all.len() as f64 / started.elapsed().as_secs_f64(),
-        p50: summary.p50,
-        p99: summary.p99,
+    let clients: Vec<etcd::KvClient> = cluster
+        .channels
+        .iter()
+        .map(|c| etcd::KvClient::new(c.clone()))
+        .collect();
+    let value = vec![b'x'; VALUE_SIZE];
+    run_load(clients.len(), duration, failover, move |target, name| {
+        let (client, value) = (clients[target].clone(), value.clone());
+        async move {
+            let key = format!("/registry/configmaps/default/{name}");
+            client.put(key.as_bytes(), value).await.is_ok()
+        }
     })
+    .await
 }
 
 async fn etcd_failover(cluster: &mut EtcdCluster) -> Result<Duration> {

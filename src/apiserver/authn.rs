@@ -81,6 +81,18 @@ impl TokenAuthenticator {
     }
 }
 
+/// The user and password of an `Authorization: Basic …` header value.
+pub fn basic_credentials(authorization: &str) -> Option<(String, String)> {
+    use base64::Engine as _;
+    let encoded = authorization.strip_prefix("Basic ")?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let decoded = String::from_utf8(decoded).ok()?;
+    let (user, password) = decoded.split_once(':')?;
+    Some((user.to_string(), password.to_string()))
+}
+
 /// The identity of an `Authorization` header: the join secret, else a service-account token.
 pub fn bearer_identity(state: &super::AppState, authorization: &str) -> Option<Identity> {
     state.tokens.authenticate(authorization).or_else(|| {

@@ -174,15 +174,9 @@ fn authorized(
     let Some(authorization) = authorization else {
         return false;
     };
-    if let Some(encoded) = authorization.strip_prefix("Basic ") {
-        let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(encoded.trim()) else {
-            return false;
-        };
-        let Ok(decoded) = String::from_utf8(decoded) else {
-            return false;
-        };
-        return match decoded.split_once(':') {
-            Some(("node" | "server", secret)) => {
+    if authorization.starts_with("Basic ") {
+        return match super::authn::basic_credentials(authorization) {
+            Some((user, secret)) if user == "node" || user == "server" => {
                 tokens.authenticate(&format!("Bearer {secret}")).is_some()
             }
             _ => false,

@@ -24,7 +24,6 @@ use std::sync::Arc;
 
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
@@ -159,15 +158,9 @@ fn authorized(
     else {
         return false;
     };
-    if let Some(encoded) = authorization.strip_prefix("Basic ") {
-        let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(encoded.trim()) else {
-            return false;
-        };
-        let Ok(decoded) = String::from_utf8(decoded) else {
-            return false;
-        };
-        return match decoded.split_once(':') {
-            Some(("server", secret)) => state
+    if authorization.starts_with("Basic ") {
+        return match super::authn::basic_credentials(authorization) {
+            Some((user, secret)) if user == "server" => state
                 .tokens
                 .authenticate(&format!("Bearer {secret}"))
                 .is_some(),

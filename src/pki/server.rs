@@ -138,12 +138,7 @@ impl ServerPki {
                 PEER_CERT,
                 &peer_ca,
                 now,
-                &|info| {
-                    let present = ServingSans::from_parts(&info.dns_names, &info.ips);
-                    let missing = sans.missing_from(&present);
-                    (!missing.is_empty())
-                        .then(|| format!("SANs do not cover {}", missing.join(",")))
-                },
+                &|info| sans_problem(info, sans),
                 &|| peer_ca.issue_peer_cert(name, sans),
             )?),
         };
@@ -198,12 +193,7 @@ impl ServerPki {
                 super::node::KUBELET_SERVING,
                 &server_ca,
                 now,
-                &|info| {
-                    let present = ServingSans::from_parts(&info.dns_names, &info.ips);
-                    let missing = sans.missing_from(&present);
-                    (!missing.is_empty())
-                        .then(|| format!("SANs do not cover {}", missing.join(",")))
-                },
+                &|info| sans_problem(info, &sans),
                 &|| server_ca.issue_serving_cert(&cn, &sans),
             )?;
             clients.insert(super::node::KUBELET_SERVING.to_string(), cert);
@@ -357,6 +347,13 @@ pub(crate) fn leaf_problem(
 }
 
 /// Reuses `<dir>/<stem>.crt`/`.key` when sound, else issues and writes a new pair.
+/// Why a certificate no longer serves `sans` (the names it must cover), if it does not.
+fn sans_problem(info: &inspect::CertInfo, sans: &ServingSans) -> Option<String> {
+    let present = ServingSans::from_parts(&info.dns_names, &info.ips);
+    let missing = sans.missing_from(&present);
+    (!missing.is_empty()).then(|| format!("SANs do not cover {}", missing.join(",")))
+}
+
 fn ensure_leaf(
     dir: &Path,
     stem: &str,
