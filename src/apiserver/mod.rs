@@ -94,9 +94,19 @@ pub struct ApiServerConfig {
     /// start); `None` disables TokenRequest and service-account bearer tokens.
     pub service_account_key_file: Option<std::path::PathBuf>,
     /// The raft group's clock.
-    pub raft_timing: crate::store::RaftTiming,
+    pub raft_timing: RaftTiming,
     /// Replication with other servers; `None`: a one-member store with no peer port.
     pub cluster: Option<ClusterConfig>,
+}
+
+/// The store's raft clock, as `k3rs server --etcd-arg` sets it (the API server owns the
+/// store; callers configure it through here, never through `store` itself).
+pub use crate::store::RaftTiming;
+
+/// Whether a datastore already exists in `store_dir` (a first start joins a cluster; a
+/// later one ignores `--server`).
+pub fn datastore_exists(store_dir: &std::path::Path) -> bool {
+    store_dir.join(crate::store::DB_FILE_NAME).exists()
 }
 
 /// How this server takes part in a multi-server cluster.
@@ -108,7 +118,10 @@ pub struct ClusterConfig {
     pub peer_listen: SocketAddr,
     /// The URL other members reach the peer port at, `https://<advertise ip>:2380`.
     pub peer_url: String,
-    pub peer_tls: crate::store::peers::PeerTls,
+    /// The peer CA and this member's peer certificate and key (PEM).
+    pub peer_ca_pem: String,
+    pub peer_cert_pem: String,
+    pub peer_key_pem: String,
     /// `--cluster-init`: open the peer port even if the store has never been clustered.
     pub init: bool,
     /// Set when this server has just joined: its member id and the peers to start with.
@@ -131,11 +144,12 @@ impl std::fmt::Debug for ClusterConfig {
     }
 }
 
-/// A server that was just added to the group: its raft id and the members' peer addresses.
+/// A server that was just added to the group: its raft id and the members' ids and peer
+/// URLs, as the cluster answered (checked when the store starts).
 #[derive(Clone, Debug)]
 pub struct JoinedMember {
     pub id: u64,
-    pub peers: Vec<(u64, SocketAddr)>,
+    pub peers: Vec<(u64, String)>,
 }
 
 /// Shared state of every request.
@@ -301,12 +315,27 @@ async fn open_store(
         store_config.node_id = joined.id;
         store_config.join = true;
     }
+    let peer_tls = crate::store::peers::PeerTls::from_pem(
+        &cluster.peer_ca_pem,
+        &cluster.peer_cert_pem,
+        &cluster.peer_key_pem,
+    )
+    .map_err(|e| anyhow::anyhow!("loading the raft peer certificate: {e}"))?;
     let runtime = tokio::runtime::Handle::current();
     let mut network =
-        crate::store::peers::PeerNetwork::new(runtime, &cluster.peer_tls, store_config.node_id)
+        crate::store::peers::PeerNetwork::new(runtime, &peer_tls, store_config.node_id)
             .with_source(cluster.peer_listen.ip());
     if let Some(joined) = &cluster.joined {
-        crate::store::Transport::set_peers(&mut network, &joined.peers);
+        let mut peers = Vec::new();
+        for (id, url) in &joined.peers {
+            match crate::store::peer_address(url) {
+                Some(address) => peers.push((*id, address)),
+                None => {
+                    tracing::warn!(member = %format!("{id:x}"), %url, "skipping a member whose peer URL is not https://<ip>:<port>")
+                }
+            }
+        }
+        crate::store::Transport::set_peers(&mut network, &peers);
     }
     let store = tokio::task::spawn_blocking(move || {
         Store::open_with_transport(store_config, Box::new(network))
@@ -323,7 +352,7 @@ async fn open_store(
     tracing::info!(address = %cluster.peer_listen, member = %format!("{:x}", store.member_id()), "raft peer port listening");
     let peer_loop = tokio::spawn(crate::store::peers::serve(
         listener,
-        cluster.peer_tls.clone(),
+        peer_tls,
         crate::store::peers::store_sink(store.clone()),
     ));
     // Wait for a leader and for this member to have applied everything committed.

@@ -72,7 +72,7 @@ pub struct ServerConfig {
     /// `--server`: the URL of a server of the cluster to join (`https://host:port`).
     pub join_url: Option<String>,
     /// `--etcd-arg heartbeat-interval=…,election-timeout=…`.
-    pub raft_timing: crate::store::RaftTiming,
+    pub raft_timing: crate::apiserver::RaftTiming,
     /// `--node-name`, defaulting to the lower-cased hostname.
     pub node_name: String,
     /// `--cluster-cidr`.
@@ -770,8 +770,8 @@ fn parse_server_url(value: &str) -> Result<String, String> {
 /// `--etcd-arg` items k3rs understands: the raft timing, in milliseconds as etcd takes
 /// them. Anything else is refused by name (k3s passes unknown ones to etcd; k3rs has no
 /// etcd to pass them to).
-fn parse_etcd_args(args: &[String]) -> Result<crate::store::RaftTiming, (String, String)> {
-    let mut timing = crate::store::RaftTiming::default();
+fn parse_etcd_args(args: &[String]) -> Result<crate::apiserver::RaftTiming, (String, String)> {
+    let mut timing = crate::apiserver::RaftTiming::default();
     for arg in args {
         let arg = arg.trim().trim_start_matches("--");
         let (key, value) = arg
@@ -1400,7 +1400,7 @@ mod tests {
     fn cluster_flags() {
         let c = load_args(&[], &no_file()).expect("valid");
         assert!(!c.cluster_init && c.join_url.is_none());
-        assert_eq!(c.raft_timing, crate::store::RaftTiming::default());
+        assert_eq!(c.raft_timing, crate::apiserver::RaftTiming::default());
         let c = load_args(
             &[
                 "--cluster-init",

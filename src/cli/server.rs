@@ -43,10 +43,7 @@ pub const PEER_PORT: u16 = 2380;
 pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
     let server_dir = config.data_dir.join("server");
     // Joining: everything is checked with the cluster before a byte is written here.
-    let db_exists = server_dir
-        .join("db")
-        .join(crate::store::DB_FILE_NAME)
-        .exists();
+    let db_exists = crate::apiserver::datastore_exists(&server_dir.join("db"));
     let joining = match &config.join_url {
         Some(url) if !db_exists && !config.snapshots.cluster_reset => {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -172,12 +169,6 @@ async fn cluster_config(
         .pki
         .peer()
         .context("no raft peer certificate was issued")?;
-    let peer_tls = crate::store::peers::PeerTls::from_pem(
-        prepared.pki.peer_ca().cert_pem(),
-        &peer.cert_pem,
-        &peer.key_pem,
-    )
-    .map_err(|e| anyhow::anyhow!("loading the raft peer certificate: {e}"))?;
     let joined = match &prepared.joining {
         Some((url, fetched)) => Some(
             super::server_join::add_member(url, fetched, &config.node_name, &peer_url)
@@ -190,7 +181,9 @@ async fn cluster_config(
         name: config.node_name.clone(),
         peer_listen: SocketAddr::new(peer_listen_ip, PEER_PORT),
         peer_url,
-        peer_tls,
+        peer_ca_pem: prepared.pki.peer_ca().cert_pem().to_string(),
+        peer_cert_pem: peer.cert_pem.clone(),
+        peer_key_pem: peer.key_pem.clone(),
         init: config.cluster_init,
         joined,
         tls_dir: prepared.pki.tls_dir().to_path_buf(),

@@ -211,8 +211,7 @@ fn joined(response: &JoinResponse) -> anyhow::Result<crate::apiserver::JoinedMem
         .iter()
         .filter_map(|m| {
             let id = u64::from_str_radix(&m.id, 16).ok()?;
-            let address = crate::store::peer_address(&m.peer_url)?;
-            Some((id, address))
+            Some((id, m.peer_url.clone()))
         })
         .collect();
     tracing::info!(member = %response.member.id, name = %response.member.name, "added to the cluster as a learner");
