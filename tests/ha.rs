@@ -919,8 +919,11 @@ fn histories_with_a_killed_server_are_linearizable() {
         let keys: Vec<String> = (0..3).map(|k| format!("lin-{trial}-{k}")).collect();
         for key in &keys {
             let api: Api<ConfigMap> = Api::namespaced(clients[0].clone(), "default");
-            rt.block_on(api.create(&PostParams::default(), &config_map(key, "init")))
-                .unwrap_or_else(|e| panic!("creating {key}: {e}"));
+            if let Err(e) =
+                rt.block_on(api.create(&PostParams::default(), &config_map(key, "init")))
+            {
+                panic!("trial {trial}: creating {key}: {e}\n{}", group.logs());
+            }
         }
         let history = Arc::new(std::sync::Mutex::new(Vec::<Operation>::new()));
         // Seed the model: the keys start with "init" (a put that finished before anything).
@@ -1090,6 +1093,36 @@ fn kubectl_raw(member: &Member, verb: &str, path: &str) -> (bool, String) {
             String::from_utf8_lossy(&out.stderr)
         ),
     )
+}
+
+/// A joined server restarted (it no longer has `--server`'s member list, only its data)
+/// must still reach every member, the first server included: once the third server is
+/// down, it and the first are a bare majority and can only write together. (A restarted
+/// member once took itself for member 1 and dropped everything addressed to the first
+/// server, so two healthy servers stalled for good.)
+#[test]
+fn a_restarted_joined_server_and_the_first_server_form_a_majority() {
+    let mut group = Group::start(40, 3);
+    group.members[2].kill();
+    group.restart(2);
+    group.members[1].kill();
+    let rt = runtime();
+    for (index, name) in [(0, "majority-via-first"), (2, "majority-via-third")] {
+        let client = rt.block_on(group.members[index].client());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match rt.block_on(create(&client, name)) {
+                Ok(_) => break,
+                Err(e) => assert!(
+                    Instant::now() < deadline,
+                    "writing through {} with servers 1 and 3 up: {e}\n{}",
+                    group.members[index].name,
+                    group.logs()
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 }
 
 /// `DELETE /v1-k3rs/members/<name>` removes a member (the surface node deletion will

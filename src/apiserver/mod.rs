@@ -295,6 +295,22 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
     })
 }
 
+/// Raft traffic gets a runtime (and thread) of its own: on the API's runtime a busy
+/// API server would queue the peer tasks behind its requests, and every write waits
+/// for several peer messages. It runs for the life of the process.
+fn peer_runtime() -> anyhow::Result<tokio::runtime::Handle> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the raft peer runtime")?;
+    let handle = runtime.handle().clone();
+    std::thread::Builder::new()
+        .name("store-peers".into())
+        .spawn(move || runtime.block_on(std::future::pending::<()>()))
+        .context("starting the raft peer thread")?;
+    Ok(handle)
+}
+
 /// Opens the store: alone, or as a member of a raft group with its peer port serving
 /// (with `--cluster-init`, after a join, or when the store on disk is already clustered).
 /// A member waits until it has a leader and has caught up with the group before the API
@@ -321,13 +337,12 @@ async fn open_store(
         &cluster.peer_key_pem,
     )
     .map_err(|e| anyhow::anyhow!("loading the raft peer certificate: {e}"))?;
-    let runtime = tokio::runtime::Handle::current();
-    let mut network =
-        crate::store::peers::PeerNetwork::new(runtime, &peer_tls, store_config.node_id)
-            .with_source(cluster.peer_listen.ip());
+    let peer_runtime = peer_runtime()?;
+    let mut network = crate::store::peers::PeerNetwork::new(peer_runtime.clone(), &peer_tls)
+        .with_source(cluster.peer_listen.ip());
     if let Some(joined) = &cluster.joined {
         let mut peers = Vec::new();
-        for (id, url) in &joined.peers {
+        for (id, url) in joined.peers.iter().filter(|(id, _)| *id != joined.id) {
             match crate::store::peer_address(url) {
                 Some(address) => peers.push((*id, address)),
                 None => {
@@ -346,15 +361,18 @@ async fn open_store(
     if !(cluster.init || cluster.joined.is_some() || store.is_clustered()) {
         return Ok((store, None));
     }
-    let listener = TcpListener::bind(cluster.peer_listen)
-        .await
+    // Bound here (a bind error stops the server), registered with the peer runtime.
+    let listener = std::net::TcpListener::bind(cluster.peer_listen)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
         .with_context(|| format!("binding the raft peer port {}", cluster.peer_listen))?;
     tracing::info!(address = %cluster.peer_listen, member = %format!("{:x}", store.member_id()), "raft peer port listening");
-    let peer_loop = tokio::spawn(crate::store::peers::serve(
-        listener,
-        peer_tls,
-        crate::store::peers::store_sink(store.clone()),
-    ));
+    let sink = crate::store::peers::store_sink(store.clone());
+    let peer_loop = peer_runtime.spawn(async move {
+        match TcpListener::from_std(listener) {
+            Ok(listener) => crate::store::peers::serve(listener, peer_tls, sink).await,
+            Err(e) => tracing::error!(error = %e, "raft peer port: cannot serve"),
+        }
+    });
     // Wait for a leader and for this member to have applied everything committed.
     let started = Instant::now();
     let mut last_log = Instant::now();

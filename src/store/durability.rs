@@ -9,7 +9,9 @@
 //! watch events and answers the proposers. So the fsync of one batch overlaps the CPU work of the
 //! next, as etcd overlaps its WAL sync with applying, and nothing is acknowledged,
 //! watched or read (readers stop at the published revision, see `reader`) before it
-//! is on disk. It owns no SQLite connection and never touches the tables.
+//! is on disk. It owns no SQLite connection and never touches the tables. (A member of
+//! a raft group whose commits need another member's acknowledgement publishes in the
+//! raft thread instead, see `publish_now`: its commits are on a majority's disks.)
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -113,6 +115,22 @@ pub(crate) fn sync_and_publish(
 ) {
     let synced = sync_step(&mut None, wal_path, shared);
     publish_all(queued, hub, shared, synced.as_ref().err());
+}
+
+/// Publishes jobs without syncing first, for a member whose committed entries are on
+/// another member's disk already (see `node::process_ready`). The caller makes sure
+/// nothing handed to the workers is still unpublished.
+pub(crate) fn publish_now(queued: Vec<Job>, hub: &WatchHub, shared: &SharedState) {
+    publish_all(queued, hub, shared, None);
+}
+
+/// Syncs the WAL in the caller's thread (errors are logged and returned).
+pub(crate) fn sync_in_place(
+    wal: &mut Option<File>,
+    wal_path: &Path,
+    shared: &SharedState,
+) -> std::io::Result<()> {
+    sync_step(wal, wal_path, shared)
 }
 
 fn sync_step(wal: &mut Option<File>, wal_path: &Path, shared: &SharedState) -> std::io::Result<()> {

@@ -9,8 +9,10 @@
 //! durability threads ([`super::durability`]), which fsync the WAL and only then
 //! answers proposers and publishes watch events, so nothing is acknowledged or
 //! observed before it is durable, while this thread already builds the next batch.
-//! A member of a bigger group waits for that before it sends its acknowledgements
-//! (raft needs its log durable first). If a transaction fails (a full disk, an I/O
+//! A member of a bigger group waits for the sync of what it appended before it sends
+//! its acknowledgements (raft needs its log durable first), but publishes and answers
+//! committed entries at once: a commit there means a majority's disks hold the entry
+//! already. If a transaction fails (a full disk, an I/O
 //! error), it is rolled back, every waiting proposer gets the error, and raft is
 //! rebuilt from what is on disk, so memory never runs ahead of disk.
 
@@ -145,6 +147,11 @@ pub(crate) struct Driver {
     /// Committed batches on their way to the durability thread (None before `run`
     /// starts it and after it is stopped).
     durable: Option<mpsc::Sender<Job>>,
+    /// Jobs were handed to the durability threads since the last barrier: anything
+    /// this thread publishes itself must wait for them, to keep publishing in order.
+    handed_over: bool,
+    /// The WAL, for a member that syncs in this thread (see `process_ready`).
+    wal: Option<std::fs::File>,
 }
 
 impl Driver {
@@ -193,6 +200,8 @@ impl Driver {
             last_compaction_check: now,
             last_compaction_batch: now,
             durable: None,
+            handed_over: false,
+            wal: None,
         }
     }
 
@@ -352,7 +361,7 @@ impl Driver {
             .collect();
         let peers: Vec<(u64, std::net::SocketAddr)> = members
             .iter()
-            .filter(|m| !m.peer_url.is_empty())
+            .filter(|m| m.id != self.state.node_id && !m.peer_url.is_empty())
             .filter_map(|m| match peer_address(&m.peer_url) {
                 Some(address) => Some((m.id, address)),
                 None => {
@@ -637,14 +646,19 @@ impl Driver {
             .partition(|(index, _)| *index <= applied);
         self.answered_reads = waiting;
         let replies: Vec<ReadReply> = ready.into_iter().flat_map(|(_, r)| r).collect();
-        if !replies.is_empty() {
-            hand_over(
-                &self.durable,
-                &self.db.path,
-                &self.hub,
-                &self.shared,
-                Job::Release(replies),
-            );
+        if replies.is_empty() {
+            return;
+        }
+        let job = Job::Release(replies);
+        let conf_state = self.raw.as_ref().map(|raw| &raw.store().conf_state);
+        if conf_state.is_some_and(|conf| commits_need_another_member(conf, self.state.node_id))
+            && !self.handed_over
+        {
+            // What these reads wait for is published already (see `process_ready`).
+            durability::publish_now(vec![job], &self.hub, &self.shared);
+        } else {
+            hand_over(&self.durable, &self.db.path, &self.hub, &self.shared, job);
+            self.handed_over = true;
         }
     }
 
@@ -862,6 +876,8 @@ impl Driver {
             answered_reads,
             membership_changed,
             heartbeats_out,
+            handed_over,
+            wal,
             ..
         } = self;
         let Some(raw) = raw.as_mut() else {
@@ -871,6 +887,12 @@ impl Driver {
             return Ok(());
         }
         let mut ready = raw.ready();
+        // Term and vote must be on disk before any message that depends on them goes
+        // out; a new commit index need not be.
+        let previous_hard_state = raw.store().hard_state.clone();
+        let term_or_vote_changed = ready.hs().is_some_and(|hs| {
+            hs.term != previous_hard_state.term || hs.vote != previous_hard_state.vote
+        });
         // A leader may send appends before persisting them (raft thesis 10.2.1).
         let messages = ready.take_messages();
         let now = Instant::now();
@@ -1009,9 +1031,14 @@ impl Driver {
         }
         raw.advance_apply();
 
-        // Committed, not yet durable: the durability thread syncs, then publishes and
-        // answers. A member of a bigger group (or one that just took a snapshot) waits
-        // for that: its acknowledgements promise a durable log.
+        // Committed, not yet durable locally. Alone (or as the only voter) this member's
+        // disk is the only copy, so the durability thread syncs before it publishes and
+        // answers. When a commit needs another member's acknowledgement, each entry
+        // applied here is on a majority's disk already: it is published and answered at
+        // once (etcd applies without a sync too); a crash before the local sync replays
+        // it from the raft log or gets it from the leader again. What must wait for the
+        // local sync is what this Ready appended (entries, term, vote, a snapshot): the
+        // acknowledgements sent below promise it is on disk.
         let mut events = Vec::new();
         let mut replies = Vec::with_capacity(results.len());
         for (seq, result) in results {
@@ -1022,16 +1049,33 @@ impl Driver {
                 replies.push((pending.reply, result.outcome));
             }
         }
-        let batch = CommittedBatch {
+        let batch = Job::Publish(CommittedBatch {
             current_revision: state.current_revision,
             compact_revision: state.compact_revision,
             events,
             replies,
             close_watchers: replaced,
-        };
-        hand_over(durable, &db.path, hub, shared, Job::Publish(batch));
-        if replaced || !log_is_private(&raw.store().conf_state, state.node_id) {
-            wait_until_durable(durable, &db.path, hub, shared);
+        });
+        let conf_state = &raw.store().conf_state;
+        let must_sync = replaced || term_or_vote_changed || !appended.is_empty();
+        if commits_need_another_member(conf_state, state.node_id) {
+            if *handed_over {
+                wait_until_durable(durable, &db.path, hub, shared);
+                *handed_over = false;
+            }
+            durability::publish_now(vec![batch], hub, shared);
+            if must_sync {
+                // In this thread: nothing is queued for the workers, and a hand-off to
+                // one costs two wake-ups on a busy machine.
+                let _ = durability::sync_in_place(wal, &db::wal_path(&db.path), shared);
+            }
+        } else {
+            hand_over(durable, &db.path, hub, shared, batch);
+            *handed_over = true;
+            if replaced || !log_is_private(conf_state, state.node_id) {
+                wait_until_durable(durable, &db.path, hub, shared);
+                *handed_over = false;
+            }
         }
         transport.send(persisted_messages);
         transport.send(light.take_messages());
@@ -1048,6 +1092,8 @@ impl Driver {
         // Earlier batches are committed: let them be published before the reload
         // resets the published revisions to what is on disk.
         wait_until_durable(&self.durable, &self.db.path, &self.hub, &self.shared);
+        self.handed_over = false;
+        self.wal = None;
         self.db.detach_incoming_snapshot();
         let disk_full = error.is_disk_full();
         let message = error.to_string();
@@ -1210,6 +1256,14 @@ fn wait_until_durable(
     hand_over(durable, db_path, hub, shared, Job::Barrier(done));
     // An error means the thread is gone, and with it everything it had queued.
     let _ = durable_now.recv();
+}
+
+/// Whether committing an entry needs another member's acknowledgement (some voter
+/// configuration, the incoming or the outgoing one, is not just this member), so a
+/// committed entry is on another member's disk whatever this one's holds.
+fn commits_need_another_member(conf_state: &raft::eraftpb::ConfState, node_id: u64) -> bool {
+    let needs_another = |voters: &[u64]| !voters.is_empty() && voters != [node_id];
+    needs_another(&conf_state.voters) || needs_another(&conf_state.voters_outgoing)
 }
 
 /// Whether no other member (voter or learner) could ever ask this one for log entries.

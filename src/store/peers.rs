@@ -110,7 +110,6 @@ impl PeerTls {
 pub struct PeerNetwork {
     runtime: tokio::runtime::Handle,
     connector: tokio_rustls::TlsConnector,
-    local_id: u64,
     /// The address outgoing connections come from (the member's own peer address), so
     /// that peers, firewalls and tests see one address per member.
     source: Option<std::net::IpAddr>,
@@ -125,11 +124,10 @@ struct PeerQueue {
 }
 
 impl PeerNetwork {
-    pub fn new(runtime: tokio::runtime::Handle, tls: &PeerTls, local_id: u64) -> PeerNetwork {
+    pub fn new(runtime: tokio::runtime::Handle, tls: &PeerTls) -> PeerNetwork {
         PeerNetwork {
             runtime,
             connector: tokio_rustls::TlsConnector::from(tls.client.clone()),
-            local_id,
             source: None,
             addresses: HashMap::new(),
             queues: HashMap::new(),
@@ -175,11 +173,7 @@ impl Transport for PeerNetwork {
     }
 
     fn set_peers(&mut self, peers: &[(u64, SocketAddr)]) {
-        self.addresses = peers
-            .iter()
-            .filter(|(id, _)| *id != self.local_id)
-            .copied()
-            .collect();
+        self.addresses = peers.iter().copied().collect();
         // Dropping a queue's sender ends its task once the queue is drained.
         let addresses = &self.addresses;
         self.queues
@@ -477,10 +471,10 @@ mod tests {
         let ca = CertificateAuthority::generate("k3rs-peer-ca").expect("ca");
         let (address, mut delivered, server) = receiver(&ca).await;
 
-        let mut network = PeerNetwork::new(tokio::runtime::Handle::current(), &tls_of(&ca, "a"), 1);
+        let mut network = PeerNetwork::new(tokio::runtime::Handle::current(), &tls_of(&ca, "a"));
         let (fb, reports) = feedback();
         network.attach(fb);
-        network.set_peers(&[(1, "127.0.0.1:1".parse().expect("addr")), (2, address)]);
+        network.set_peers(&[(2, address)]);
         network.send((1..=1000).map(|i| message(2, i)).collect());
         for i in 1..=1000 {
             let m = tokio::time::timeout(Duration::from_secs(10), delivered.recv())
@@ -502,8 +496,7 @@ mod tests {
         let other = CertificateAuthority::generate("k3rs-peer-ca").expect("other ca");
         let (address, mut delivered, server) = receiver(&ca).await;
 
-        let mut network =
-            PeerNetwork::new(tokio::runtime::Handle::current(), &tls_of(&other, "x"), 1);
+        let mut network = PeerNetwork::new(tokio::runtime::Handle::current(), &tls_of(&other, "x"));
         let (fb, reports) = feedback();
         network.attach(fb);
         network.set_peers(&[(2, address)]);

@@ -18,8 +18,9 @@ pub trait Transport: Send {
     /// Called once, before the first `send`, with the way back to raft.
     fn attach(&mut self, _feedback: PeerFeedback) {}
 
-    /// The members' peer addresses (this member's own included), after every
-    /// membership change and at start.
+    /// The other members' peer addresses (never this member's own: the driver, which
+    /// alone knows this member's id for sure, leaves it out), after every membership
+    /// change and at start.
     fn set_peers(&mut self, _peers: &[(u64, SocketAddr)]) {}
 }
 
