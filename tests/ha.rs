@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::Value;
@@ -364,6 +364,47 @@ fn three_servers_join_and_every_server_reads_every_write() {
         assert_eq!(lists[0], lists[1]);
         assert_eq!(lists[1], lists[2]);
         assert_eq!(lists[0].len(), 9);
+
+        // A server's Node (registered here by hand: these servers run no agent) gets
+        // the etcd role label and the member annotations from that server, as k3s does.
+        let nodes: Api<Node> = Api::all(clients[0].clone());
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": group.members[1].name},
+        }))
+        .expect("node");
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("create node");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let node = nodes.get(&group.members[1].name).await.expect("get node");
+            let labels = node.metadata.labels.unwrap_or_default();
+            let annotations = node.metadata.annotations.unwrap_or_default();
+            if labels
+                .get("node-role.kubernetes.io/etcd")
+                .map(String::as_str)
+                == Some("true")
+            {
+                assert_eq!(
+                    annotations.get("etcd.k3rs.io/peer-url"),
+                    Some(&format!("https://{}:2380", group.members[1].ip))
+                );
+                assert_eq!(
+                    annotations.get("etcd.k3s.cattle.io/node-name"),
+                    Some(&group.members[1].name)
+                );
+                assert!(annotations.contains_key("etcd.k3rs.io/member-id"));
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the etcd role label never appeared: {labels:?}\n{}",
+                group.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     });
     // The member list shows three voters with their names and peer URLs.
     let members = group.members_seen_by(2).expect("members");

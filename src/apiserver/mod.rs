@@ -18,6 +18,7 @@ pub mod handlers;
 pub mod local_client;
 pub mod managed_fields;
 pub mod master_endpoints;
+pub mod member_node;
 pub mod metrics;
 pub mod node_join;
 pub mod node_proxy;
@@ -269,6 +270,7 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
         .await
         .context("writing the kubernetes Service's endpoints")?;
     master_endpoints::spawn(&state);
+    member_node::spawn(&state);
     let (shutdown, mut shutdown_rx) = tokio::sync::watch::channel(false);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let serve_state = state.clone();
