@@ -463,6 +463,82 @@ fn restore_brings_back_exactly_the_snapshot_and_refuses_damage() {
     );
 }
 
+/// `server --cluster-reset --cluster-reset-restore-path` on a fresh machine with the
+/// cluster's token brings back the cluster's CAs from the snapshot (the datastore keeps
+/// them encrypted with the token), so the old admin kubeconfig still works; another
+/// token finds no copy and says so.
+#[test]
+fn a_snapshot_restored_on_a_fresh_machine_brings_back_its_certificate_authorities() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_args = ["--etcd-disable-snapshots", "--token", "restore-s3cret"];
+    for root in ["old", "other", "fresh"] {
+        std::fs::create_dir_all(dir.path().join(root)).expect("mkdir");
+    }
+    let mut node = Node::start(&dir.path().join("old"), &token_args, &[]);
+    node.create_configmap("cm-carried");
+    node.snapshot_ok(&["save", "--name", "carry"]);
+    let name = names(&node.list_json(&[]))
+        .into_iter()
+        .find(|n| n.starts_with("carry-"))
+        .expect("snapshot");
+    let snapshot = node.snapshot_dir().join(&name);
+    let old_ca = std::fs::read(node.data.join("server/tls/server-ca.crt")).expect("ca");
+    node.stop();
+
+    let reset = |root: &Path, token: &str| {
+        Command::new(support::k3rs_bin())
+            .arg("server")
+            .arg("--data-dir")
+            .arg(root.join("data"))
+            .arg("--write-kubeconfig")
+            .arg(root.join("kubeconfig.yaml"))
+            .args(["--disable-agent", "--node-name", "node-a", "--token", token])
+            .arg("--cluster-reset")
+            .arg(format!(
+                "--cluster-reset-restore-path={}",
+                snapshot.display()
+            ))
+            .env_remove("K3RS_TOKEN")
+            .env_remove("K3RS_DATA_DIR")
+            .output()
+            .expect("cluster reset")
+    };
+    // Another token: restored, but it cannot unlock the CAs, and says so.
+    let out = reset(&dir.path().join("other"), "another-token");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("no bootstrap data for this token"), "{text}");
+
+    let fresh = dir.path().join("fresh");
+    let out = reset(&fresh, "restore-s3cret");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("restored the cluster's certificate authorities"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read(fresh.join("data/server/tls/server-ca.crt")).expect("ca"),
+        old_ca
+    );
+    let restored = Node::start(&fresh, &token_args, &[]);
+    assert_eq!(restored.configmaps(), ["cm-carried"]);
+    // The old cluster's admin credentials and CA are this server's.
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&node.kubeconfig)
+        .arg(format!("--server=https://127.0.0.1:{}", restored.port))
+        .args(["get", "configmap", "cm-carried", "-n", "default"])
+        .output()
+        .expect("kubectl");
+    assert!(
+        out.status.success(),
+        "the old kubeconfig against the restored server: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        restored.log_text()
+    );
+}
+
 #[test]
 fn scheduled_snapshots_fire_and_keep_retention() {
     let dir = tempfile::tempdir().expect("tempdir");

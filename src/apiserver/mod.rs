@@ -11,6 +11,7 @@ pub mod admission;
 pub mod apply;
 pub mod authn;
 pub mod authz;
+pub mod bootstrap_copy;
 pub mod crd;
 pub mod discovery;
 pub mod events_view;
@@ -271,6 +272,11 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
         .context("writing the kubernetes Service's endpoints")?;
     master_endpoints::spawn(&state);
     member_node::spawn(&state);
+    if let (Some(secret), Some(cluster)) = (&state.config.token_secret, &state.config.cluster)
+        && let Err(e) = bootstrap_copy::ensure(&state.store, secret, &cluster.tls_dir).await
+    {
+        tracing::warn!(error = %e, "could not keep the cluster's bootstrap data in the datastore");
+    }
     let (shutdown, mut shutdown_rx) = tokio::sync::watch::channel(false);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let serve_state = state.clone();

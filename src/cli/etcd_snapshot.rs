@@ -113,6 +113,7 @@ async fn run_async(args: EtcdSnapshotArgs) -> anyhow::Result<()> {
                 source: Some(snapshot),
                 s3: s3_from_args(&common.s3).map_err(anyhow::Error::msg)?,
                 refuse_if_peers_reachable: false,
+                bootstrap: None,
             };
             let report = restore::restore(&options).await?;
             println!("{}", restore_message(&report));

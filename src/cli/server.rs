@@ -206,22 +206,36 @@ pub fn run(config: ServerConfig, prepared: Prepared) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     if config.snapshots.cluster_reset {
-        return runtime.block_on(cluster_reset(&config));
+        return runtime.block_on(cluster_reset(&config, &prepared));
     }
     runtime.block_on(serve(config, prepared, notifier))
 }
 
 /// `--cluster-reset [--cluster-reset-restore-path=…]`: restores (or resets) the datastore
 /// offline, then exits telling the user to start the service normally.
-async fn cluster_reset(config: &ServerConfig) -> anyhow::Result<()> {
+async fn cluster_reset(config: &ServerConfig, prepared: &Prepared) -> anyhow::Result<()> {
     use crate::apiserver::snapshots::restore;
     let settings = &config.snapshots.settings;
+    let token_secret = pki::parse_token(&prepared.token.token)
+        .map(|t| t.secret)
+        .context("reading the server token")?;
     let options = restore::RestoreOptions {
         store_dir: super::snapshot_config::store_dir(&config.data_dir),
         snapshot_dir: settings.dir.clone(),
         source: config.snapshots.cluster_reset_restore_path.clone(),
         s3: settings.s3.clone(),
         refuse_if_peers_reachable: !config.snapshots.cluster_reset_force,
+        // A snapshot carries the cluster's CAs: restored on a fresh machine they
+        // replace the ones this start generated (leaf certificates are reissued from
+        // them on the next start).
+        bootstrap: config
+            .snapshots
+            .cluster_reset_restore_path
+            .as_ref()
+            .map(|_| restore::BootstrapTarget {
+                token_secret,
+                tls_dir: config.data_dir.join("server").join("tls"),
+            }),
     };
     let report = restore::restore(&options)
         .await

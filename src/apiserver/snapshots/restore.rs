@@ -27,6 +27,25 @@ pub struct RestoreOptions {
     /// Resetting a member of a cluster to its own data: refuse while another member
     /// answers on its peer port (it would go on as a second cluster).
     pub refuse_if_peers_reachable: bool,
+    /// Put the snapshot's CA files (its bootstrap data, see `bootstrap_copy`) back into
+    /// the server's TLS directory (`server --cluster-reset`).
+    pub bootstrap: Option<BootstrapTarget>,
+}
+
+/// The token that unlocks a snapshot's bootstrap data and where its files go.
+#[derive(Clone)]
+pub struct BootstrapTarget {
+    pub token_secret: String,
+    pub tls_dir: PathBuf,
+}
+
+impl std::fmt::Debug for BootstrapTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BootstrapTarget")
+            .field("token_secret", &"<redacted>")
+            .field("tls_dir", &self.tls_dir)
+            .finish()
+    }
 }
 
 /// What a restore did.
@@ -102,11 +121,47 @@ async fn restore_inner(
         old = ?old_database,
         "datastore restored"
     );
+    if let Some(target) = &options.bootstrap {
+        restore_bootstrap_files(&options.store_dir, target).await?;
+    }
     Ok(RestoreReport {
         source,
         revision: info.revision,
         old_database,
     })
+}
+
+/// Writes the restored datastore's CA files into the TLS directory, so the next start
+/// issues its certificates from the cluster's CAs instead of this machine's.
+async fn restore_bootstrap_files(
+    store_dir: &Path,
+    target: &BootstrapTarget,
+) -> Result<(), SnapshotError> {
+    use crate::apiserver::bootstrap_copy::{self, Restored};
+    let config = StoreConfig::new(store_dir);
+    let store = tokio::task::spawn_blocking(move || Store::open(config))
+        .await
+        .map_err(|e| SnapshotError::Failed(format!("opening the restored store: {e}")))?
+        .map_err(|e| SnapshotError::Failed(format!("opening the restored store: {e}")))?;
+    let result = bootstrap_copy::restore_files(&store, &target.token_secret, &target.tls_dir).await;
+    let _ = tokio::task::spawn_blocking(move || store.close()).await;
+    match result {
+        Ok(Restored::Replaced) => {
+            tracing::info!(dir = %target.tls_dir.display(), "restored the cluster's certificate authorities from the snapshot's bootstrap data");
+            Ok(())
+        }
+        Ok(Restored::Unchanged) => Ok(()),
+        Ok(Restored::NoCopy) => {
+            tracing::warn!(
+                "the snapshot holds no bootstrap data for this token; the server keeps the CA files it has"
+            );
+            Ok(())
+        }
+        Err(e) => Err(SnapshotError::Failed(format!(
+            "the datastore was restored, but its CA files were not: {e} \
+             (start again with the cluster's --token)"
+        ))),
+    }
 }
 
 /// A snapshot of the current database (for `--cluster-reset` without a path).
