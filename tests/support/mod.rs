@@ -93,6 +93,12 @@ impl Server {
         };
         server.wait_ready(Duration::from_secs(30));
         server.started_in = started.elapsed();
+        // Ready is not the end of start-up for a test that creates Pods at once: until the
+        // controllers create `default/default`, ServiceAccount admission refuses them
+        // (as on any Kubernetes just started).
+        if !extra.contains(&"--disable-controller-manager") {
+            server.wait_default_service_account("default");
+        }
         server
     }
 
