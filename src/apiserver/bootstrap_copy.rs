@@ -7,7 +7,7 @@
 //! so service-account tokens, kubeconfigs and agents stay valid.
 //!
 //! Written once by the first server that finds the key missing (a later server, or a
-//! restart, only checks it); the key lives outside `/registry/`, so no API lists it.
+//! restart, only sees that it is there); the key lives outside `/registry/`, so no API lists it.
 //! Owns that one key; reads the TLS directory, writes it only on a restore.
 
 use std::path::Path;
@@ -37,37 +37,22 @@ pub enum BootstrapCopyError {
     NotText,
 }
 
-/// Stores the bootstrap data of `tls_dir` under the token's key unless a copy is there;
-/// an existing copy is checked (decrypted and compared) and a difference is logged.
+/// Stores the bootstrap data of `tls_dir` under the token's key unless a copy is there
+/// (a later start only looks the key up: no key derivation on the start-up path).
 pub async fn ensure(store: &Store, secret: &str, tls_dir: &Path) -> Result<(), BootstrapCopyError> {
     let key = bootstrap::storage_key(secret);
-    let local = BootstrapData::collect(tls_dir)?;
-    match store.get(key.as_bytes()).await? {
-        None => {
-            let sealed = seal(secret, &local).await?;
-            match store.create(key.as_bytes(), sealed.into_bytes()).await {
-                Ok(_) => {
-                    tracing::info!(key = %key, "stored the cluster's bootstrap data in the datastore (encrypted with the token)");
-                    Ok(())
-                }
-                // Another server stored it meanwhile.
-                Err(StoreError::AlreadyExists { .. }) => Ok(()),
-                Err(e) => Err(e.into()),
-            }
-        }
-        Some(stored) => {
-            let stored =
-                String::from_utf8(stored.value).map_err(|_| BootstrapCopyError::NotText)?;
-            let secret = secret.to_string();
-            let plain = tokio::task::spawn_blocking(move || bootstrap::decrypt(&secret, &stored))
-                .await
-                .map_err(|e| PkiError::InvalidBootstrap(format!("decrypting: {e}")))??;
-            let copy = BootstrapData::from_json(&plain)?;
-            if !same_files(&copy, &local) {
-                tracing::warn!(key = %key, "this server's CA files differ from the bootstrap data in the datastore");
-            }
+    if store.get(key.as_bytes()).await?.is_some() {
+        return Ok(());
+    }
+    let sealed = seal(secret, &BootstrapData::collect(tls_dir)?).await?;
+    match store.create(key.as_bytes(), sealed.into_bytes()).await {
+        Ok(_) => {
+            tracing::info!(key = %key, "stored the cluster's bootstrap data in the datastore (encrypted with the token)");
             Ok(())
         }
+        // Another server stored it meanwhile.
+        Err(StoreError::AlreadyExists { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
