@@ -698,6 +698,12 @@ fn leader_killed_under_load_loses_no_acknowledged_write_and_returns_by_snapshot(
         "the returning member caught up by snapshot:\n{}",
         tail(&group.members[leader].log(), 100)
     );
+    // It came as a file streamed in chunks, not inside a raft message.
+    assert!(
+        group.logs().contains("sent a raft snapshot"),
+        "a survivor streamed the snapshot:\n{}",
+        group.logs()
+    );
     group.wait_voters(3, Duration::from_secs(10));
 }
 

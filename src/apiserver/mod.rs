@@ -347,7 +347,8 @@ async fn open_store(
     .map_err(|e| anyhow::anyhow!("loading the raft peer certificate: {e}"))?;
     let peer_runtime = peer_runtime()?;
     let mut network = crate::store::peers::PeerNetwork::new(peer_runtime.clone(), &peer_tls)
-        .with_source(cluster.peer_listen.ip());
+        .with_source(cluster.peer_listen.ip())
+        .with_snapshot_dir(config.store_dir.clone());
     if let Some(joined) = &cluster.joined {
         let mut peers = Vec::new();
         for (id, url) in joined.peers.iter().filter(|(id, _)| *id != joined.id) {
@@ -375,9 +376,12 @@ async fn open_store(
         .with_context(|| format!("binding the raft peer port {}", cluster.peer_listen))?;
     tracing::info!(address = %cluster.peer_listen, member = %format!("{:x}", store.member_id()), "raft peer port listening");
     let sink = crate::store::peers::store_sink(store.clone());
+    let snapshot_dir = config.store_dir.clone();
     let peer_loop = peer_runtime.spawn(async move {
         match TcpListener::from_std(listener) {
-            Ok(listener) => crate::store::peers::serve(listener, peer_tls, sink).await,
+            Ok(listener) => {
+                crate::store::peers::serve(listener, peer_tls, sink, snapshot_dir).await
+            }
             Err(e) => tracing::error!(error = %e, "raft peer port: cannot serve"),
         }
     });

@@ -19,6 +19,7 @@ use super::KeyValue;
 use super::SharedState;
 use super::codec::{Applied, Command};
 use super::error::{Result, StoreError, key_str};
+use super::snapshot_transfer::{self, SnapshotFile};
 
 /// `PRAGMA application_id` of a k3rs store ("k3rs" in ASCII).
 pub(crate) const APPLICATION_ID: i32 = 0x6b33_7273;
@@ -118,6 +119,9 @@ impl Database {
             conn,
             path: path.to_path_buf(),
         };
+        // Snapshot files of an earlier run (sent, received, half-received) are of no use.
+        snapshot_transfer::remove_stale(db.dir(), None);
+        let _ = std::fs::remove_file(db.incoming_path());
         let app_id: i32 = db.pragma_i32("application_id")?;
         let format: i32 = db.pragma_i32("user_version")?;
         let tables: i64 = db
@@ -844,16 +848,31 @@ impl Database {
         self.path.with_file_name("incoming-snapshot.db")
     }
 
-    /// Writes a snapshot received from the leader next to the database, checks it and
-    /// attaches it (ATTACH cannot run inside the transaction that installs it).
+    /// Puts a snapshot received from the leader next to the database, checks it and
+    /// attaches it (ATTACH cannot run inside the transaction that installs it). A snapshot
+    /// that travelled as a file (its data a [`SnapshotFile`] descriptor) was already
+    /// written, checked and synced by the transport; one whose data is the database
+    /// itself is written out here.
     pub fn attach_incoming_snapshot(&self, snapshot: &raft::eraftpb::Snapshot) -> Result<()> {
         let path = self.incoming_path();
-        std::fs::write(&path, &snapshot.data).map_err(|e| {
-            StoreError::io(
-                format!("writing the received snapshot {}", path.display()),
-                e,
-            )
-        })?;
+        if let Some(file) = SnapshotFile::decode(&snapshot.data) {
+            let received = file.received_path(self.dir());
+            std::fs::rename(&received, &path).map_err(|e| {
+                StoreError::io(
+                    format!("taking the received snapshot {}", received.display()),
+                    e,
+                )
+            })?;
+            // Older received or outgoing snapshot files are of no use any more.
+            snapshot_transfer::remove_stale(self.dir(), None);
+        } else {
+            std::fs::write(&path, &snapshot.data).map_err(|e| {
+                StoreError::io(
+                    format!("writing the received snapshot {}", path.display()),
+                    e,
+                )
+            })?;
+        }
         super::snapshot::inspect_snapshot(&path)?;
         let name = path.to_str().ok_or_else(|| {
             StoreError::InvalidArgument(format!("{} is not UTF-8", path.display()))
@@ -872,15 +891,27 @@ impl Database {
         let _ = std::fs::remove_file(self.incoming_path());
     }
 
-    /// The whole state as one SQLite file's bytes, for raft to ship to a lagging member.
-    pub fn snapshot_bytes(&self) -> Result<Vec<u8>> {
-        let path = self.path.with_file_name("outgoing-snapshot.db");
-        let _ = std::fs::remove_file(&path);
-        super::snapshot::save(&self.conn, &path)?;
-        let bytes = std::fs::read(&path)
-            .map_err(|e| StoreError::io(format!("reading the snapshot {}", path.display()), e));
-        let _ = std::fs::remove_file(&path);
-        bytes
+    /// The directory of the database (and of the snapshot files beside it).
+    fn dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
+    }
+
+    /// Writes the whole state as one SQLite file beside the database, for raft to ship to
+    /// lagging members, and describes it; older outgoing snapshots are removed (a stream
+    /// still sending one keeps its open file).
+    pub fn prepare_outgoing_snapshot(&self) -> Result<SnapshotFile> {
+        let staging = self.path.with_file_name("outgoing-snapshot.db");
+        let _ = std::fs::remove_file(&staging);
+        super::snapshot::save(&self.conn, &staging)?;
+        let described = SnapshotFile::of_file(&staging).and_then(|file| {
+            std::fs::rename(&staging, file.outgoing_path(self.dir())).map(|()| file)
+        });
+        let file = described.map_err(|e| {
+            let _ = std::fs::remove_file(&staging);
+            StoreError::io(format!("preparing the snapshot {}", staging.display()), e)
+        })?;
+        snapshot_transfer::remove_stale(self.dir(), Some(&file.outgoing_path(self.dir())));
+        Ok(file)
     }
 }
 

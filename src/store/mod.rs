@@ -31,6 +31,7 @@ pub mod peer_wire;
 pub mod peers;
 mod reader;
 mod snapshot;
+pub mod snapshot_transfer;
 pub mod transport;
 mod watch;
 

@@ -931,7 +931,6 @@ impl Driver {
             tracing::info!(
                 index = meta.index,
                 term = meta.term,
-                bytes = snapshot.data.len(),
                 "installing a raft snapshot from the leader"
             );
             db::install_incoming_snapshot(&tx, state).map_err(sql)?;
@@ -1214,9 +1213,14 @@ impl Driver {
     }
 
     fn build_raft_snapshot(&self) -> Result<Snapshot> {
-        let data = self.db.snapshot_bytes()?;
+        let file = self.db.prepare_outgoing_snapshot()?;
+        tracing::info!(
+            index = self.state.applied_index,
+            bytes = file.size,
+            "prepared a raft snapshot for a lagging member"
+        );
         let mut snapshot = Snapshot {
-            data: data.into(),
+            data: file.encode().into(),
             ..Default::default()
         };
         let meta = snapshot.mut_metadata();

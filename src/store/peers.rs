@@ -5,9 +5,11 @@
 //! writes it as frames and flushes once, so a busy leader sends few large writes. A full
 //! queue drops messages (raft retransmits what matters; a dropped snapshot is reported as
 //! failed). A failed connect or write reports the peer unreachable to raft, which then
-//! probes it instead of streaming appends, and fails any snapshot of the batch; a snapshot
-//! written out completely is reported finished — raft-rs leaves a follower in snapshot
-//! state forever unless one of the two is reported.
+//! probes it instead of streaming appends, and fails any snapshot of the batch. A snapshot
+//! that is a file ([`super::snapshot_transfer`]) streams on a connection of its own, in
+//! chunks, and is reported finished once the receiver says it stepped it, failed
+//! otherwise — raft-rs leaves a follower in snapshot state forever unless one of the two is
+//! reported.
 //!
 //! Receiving: [`serve`] accepts connections whose client certificate the peer CA signed,
 //! reads frames (each bounded), checks and decodes them ([`super::peer_wire`]) and steps
@@ -15,7 +17,8 @@
 //!
 //! The wire: a connection starts with [`PREAMBLE`]; then frames of a 4-byte big-endian
 //! length and that many bytes of an encoded `eraftpb::Message`, at most
-//! [`MAX_FRAME_BYTES`] each.
+//! [`MAX_FRAME_BYTES`] each. A connection that starts with
+//! [`snapshot_transfer::SNAPSHOT_PREAMBLE`] carries one snapshot stream instead.
 //!
 //! Owns the peer sockets and queues; reaches the store only through
 //! [`Store::receive_raft_message`] (through [`store_sink`]) and the driver's feedback
@@ -34,13 +37,15 @@ use tokio::sync::mpsc;
 
 use super::Store;
 use super::peer_wire;
+use super::snapshot_transfer::{self, SnapshotFile};
 use super::transport::{PeerFeedback, Transport};
 
 /// The first bytes of every peer connection: protocol and version.
 pub const PREAMBLE: &[u8; 8] = b"K3RSRFT1";
-/// The largest frame accepted. A snapshot travels in one message today, so this bounds the
-/// size of a store a new member can receive.
-pub const MAX_FRAME_BYTES: usize = 512 << 20;
+/// The largest frame accepted: a batch of entries is at most 1 MiB (raft's
+/// `max_size_per_msg`) unless one entry is larger, and an entry is at most a request body.
+/// Snapshots stream in chunks on their own connections.
+pub const MAX_FRAME_BYTES: usize = 64 << 20;
 /// Messages that may wait for one peer; more are dropped.
 const QUEUE_LEN: usize = 4096;
 /// Most messages written per flush.
@@ -116,6 +121,8 @@ pub struct PeerNetwork {
     addresses: HashMap<u64, SocketAddr>,
     queues: HashMap<u64, PeerQueue>,
     feedback: Option<PeerFeedback>,
+    /// Where the store keeps outgoing snapshot files (its directory).
+    snapshot_dir: Option<std::path::PathBuf>,
 }
 
 struct PeerQueue {
@@ -132,7 +139,15 @@ impl PeerNetwork {
             addresses: HashMap::new(),
             queues: HashMap::new(),
             feedback: None,
+            snapshot_dir: None,
         }
+    }
+
+    /// Snapshots whose data names a file stream that file from `dir` (the store's
+    /// directory); without it they can only travel inside the message.
+    pub fn with_snapshot_dir(mut self, dir: std::path::PathBuf) -> PeerNetwork {
+        self.snapshot_dir = Some(dir);
+        self
     }
 
     /// Connects to peers from `ip` (this member's advertised peer address).
@@ -155,10 +170,13 @@ impl PeerNetwork {
             let (sender, receiver) = mpsc::channel(QUEUE_LEN);
             let worker = PeerWorker {
                 peer: to,
-                address,
-                source: self.source,
-                connector: self.connector.clone(),
+                dialer: Arc::new(Dialer {
+                    address,
+                    source: self.source,
+                    connector: self.connector.clone(),
+                }),
                 feedback,
+                snapshot_dir: self.snapshot_dir.clone(),
             };
             self.runtime.spawn(worker.run(receiver));
             self.queues.insert(to, PeerQueue { address, sender });
@@ -206,10 +224,16 @@ impl Transport for PeerNetwork {
 /// The task that owns the connection to one peer.
 struct PeerWorker {
     peer: u64,
+    dialer: Arc<Dialer>,
+    feedback: PeerFeedback,
+    snapshot_dir: Option<std::path::PathBuf>,
+}
+
+/// How to open a connection to one peer.
+struct Dialer {
     address: SocketAddr,
     source: Option<std::net::IpAddr>,
     connector: tokio_rustls::TlsConnector,
-    feedback: PeerFeedback,
 }
 
 type PeerStream = tokio_rustls::client::TlsStream<TcpStream>;
@@ -227,13 +251,17 @@ impl PeerWorker {
                     Err(_) => break,
                 }
             }
+            batch.retain(|message| !self.stream_if_file(message));
+            if batch.is_empty() {
+                continue;
+            }
             if connection.is_none() {
                 let backing_off = last_failure.is_some_and(|t| t.elapsed() < RECONNECT_BACKOFF);
                 if !backing_off {
-                    match self.connect().await {
+                    match self.dialer.connect(PREAMBLE).await {
                         Ok(stream) => {
                             if reported_down {
-                                tracing::info!(peer = self.peer, address = %self.address, "raft peer reachable again");
+                                tracing::info!(peer = self.peer, address = %self.dialer.address, "raft peer reachable again");
                                 reported_down = false;
                             }
                             connection = Some(stream);
@@ -241,7 +269,7 @@ impl PeerWorker {
                         Err(e) => {
                             last_failure = Some(Instant::now());
                             if !reported_down {
-                                tracing::warn!(peer = self.peer, address = %self.address, error = %e, "raft peer unreachable");
+                                tracing::warn!(peer = self.peer, address = %self.dialer.address, error = %e, "raft peer unreachable");
                                 reported_down = true;
                             }
                         }
@@ -292,7 +320,59 @@ impl PeerWorker {
         self.feedback.unreachable(self.peer, snapshot);
     }
 
-    async fn connect(&self) -> std::io::Result<PeerStream> {
+    /// Starts streaming `message` on a connection of its own if it is a snapshot whose
+    /// data names a file; says whether it did.
+    fn stream_if_file(&self, message: &Message) -> bool {
+        if message.get_msg_type() != MessageType::MsgSnapshot {
+            return false;
+        }
+        let Some(file) = SnapshotFile::decode(&message.get_snapshot().data) else {
+            return false;
+        };
+        let Some(dir) = self.snapshot_dir.as_ref() else {
+            tracing::error!(
+                peer = self.peer,
+                "a snapshot file cannot be sent without the store's directory"
+            );
+            self.feedback.unreachable(self.peer, true);
+            return true;
+        };
+        let (peer, dialer, feedback) = (self.peer, self.dialer.clone(), self.feedback.clone());
+        let path = file.outgoing_path(dir);
+        let message = message.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let sent = async {
+                let mut stream = dialer
+                    .connect(snapshot_transfer::SNAPSHOT_PREAMBLE)
+                    .await
+                    .map_err(snapshot_transfer::TransferError::Io)?;
+                snapshot_transfer::send(&mut stream, &message, &path, file).await
+            }
+            .await;
+            match sent {
+                Ok(()) => {
+                    tracing::info!(
+                        peer = %format!("{peer:x}"),
+                        bytes = file.size,
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "sent a raft snapshot"
+                    );
+                    feedback.snapshot_finished(peer);
+                }
+                Err(e) => {
+                    tracing::warn!(peer = %format!("{peer:x}"), error = %e, "sending a raft snapshot failed");
+                    feedback.unreachable(peer, true);
+                }
+            }
+        });
+        true
+    }
+}
+
+impl Dialer {
+    /// A TLS connection to the peer that has sent `preamble`.
+    async fn connect(&self, preamble: &[u8; 8]) -> std::io::Result<PeerStream> {
         let socket = if self.address.is_ipv4() {
             tokio::net::TcpSocket::new_v4()?
         } else {
@@ -316,7 +396,7 @@ impl PeerWorker {
             .map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")
             })??;
-        stream.write_all(PREAMBLE).await?;
+        stream.write_all(preamble).await?;
         Ok(stream)
     }
 }
@@ -352,8 +432,15 @@ pub fn store_sink(store: Store) -> MessageSink {
     Arc::new(move |message| store.receive_raft_message(message).is_ok())
 }
 
-/// Accepts peer connections on `listener`; runs until its task is dropped.
-pub async fn serve(listener: TcpListener, tls: PeerTls, sink: MessageSink) {
+/// Accepts peer connections on `listener`; runs until its task is dropped. Snapshots
+/// streamed to this member are received into `snapshot_dir` (the store's directory).
+pub async fn serve(
+    listener: TcpListener,
+    tls: PeerTls,
+    sink: MessageSink,
+    snapshot_dir: std::path::PathBuf,
+) {
+    let snapshot_dir = Arc::new(snapshot_dir);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.server.clone());
     loop {
         let (tcp, remote) = match listener.accept().await {
@@ -364,9 +451,9 @@ pub async fn serve(listener: TcpListener, tls: PeerTls, sink: MessageSink) {
                 continue;
             }
         };
-        let (acceptor, sink) = (acceptor.clone(), sink.clone());
+        let (acceptor, sink, dir) = (acceptor.clone(), sink.clone(), snapshot_dir.clone());
         tokio::spawn(async move {
-            if let Err(e) = receive(tcp, acceptor, sink).await {
+            if let Err(e) = receive(tcp, acceptor, sink, &dir).await {
                 tracing::debug!(%remote, error = %e, "raft peer connection closed");
             }
         });
@@ -378,13 +465,27 @@ async fn receive(
     tcp: TcpStream,
     acceptor: tokio_rustls::TlsAcceptor,
     sink: MessageSink,
+    snapshot_dir: &std::path::Path,
 ) -> Result<(), ReceiveError> {
     let _ = tcp.set_nodelay(true);
     let mut stream = tokio::time::timeout(CONNECT_TIMEOUT * 5, acceptor.accept(tcp))
         .await
         .map_err(|_| ReceiveError::Protocol("TLS handshake timed out"))??;
     let mut preamble = [0u8; 8];
-    stream.read_exact(&mut preamble).await?;
+    tokio::time::timeout(CONNECT_TIMEOUT * 5, stream.read_exact(&mut preamble))
+        .await
+        .map_err(|_| ReceiveError::Protocol("no preamble"))??;
+    if &preamble == snapshot_transfer::SNAPSHOT_PREAMBLE {
+        let message = snapshot_transfer::receive(&mut stream, snapshot_dir).await?;
+        tracing::info!(
+            from = %format!("{:x}", message.from),
+            index = message.get_snapshot().get_metadata().index,
+            "received a raft snapshot"
+        );
+        let stepped = sink(message);
+        snapshot_transfer::acknowledge(&mut stream, stepped).await;
+        return Ok(());
+    }
     if &preamble != PREAMBLE {
         return Err(ReceiveError::Protocol("not a k3rs raft peer (preamble)"));
     }
@@ -420,6 +521,8 @@ enum ReceiveError {
     Protocol(&'static str),
     #[error(transparent)]
     Wire(#[from] peer_wire::PeerWireError),
+    #[error(transparent)]
+    Snapshot(#[from] snapshot_transfer::TransferError),
 }
 
 #[cfg(test)]
@@ -456,7 +559,8 @@ mod tests {
         let address = listener.local_addr().expect("addr");
         let (delivered_tx, delivered) = tokio::sync::mpsc::unbounded_channel();
         let sink: MessageSink = Arc::new(move |m| delivered_tx.send(m).is_ok());
-        let server = tokio::spawn(serve(listener, tls_of(ca, "b"), sink));
+        let dir = std::env::temp_dir();
+        let server = tokio::spawn(serve(listener, tls_of(ca, "b"), sink, dir));
         (address, delivered, server)
     }
 
@@ -486,6 +590,93 @@ mod tests {
         assert!(
             reports.try_recv().is_err(),
             "nothing was reported unreachable"
+        );
+        server.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_snapshot_file_streams_on_its_own_connection_and_is_reported_finished() {
+        let ca = CertificateAuthority::generate("k3rs-peer-ca").expect("ca");
+        let receiver_dir = tempfile::tempdir().expect("tempdir");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("addr");
+        let (delivered_tx, mut delivered) = tokio::sync::mpsc::unbounded_channel();
+        let sink: MessageSink = Arc::new(move |m| delivered_tx.send(m).is_ok());
+        let server = tokio::spawn(serve(
+            listener,
+            tls_of(&ca, "b"),
+            sink,
+            receiver_dir.path().to_path_buf(),
+        ));
+
+        // A 5 MiB "database": twenty chunks, more than one frame could be without chunks.
+        let sender_dir = tempfile::tempdir().expect("tempdir");
+        let staging = sender_dir.path().join("staging");
+        let content: Vec<u8> = (0..5u32 << 20).map(|i| (i % 253) as u8).collect();
+        std::fs::write(&staging, &content).expect("write");
+        let file = SnapshotFile::of_file(&staging).expect("describe");
+        std::fs::rename(&staging, file.outgoing_path(sender_dir.path())).expect("rename");
+
+        let mut network = PeerNetwork::new(tokio::runtime::Handle::current(), &tls_of(&ca, "a"))
+            .with_snapshot_dir(sender_dir.path().to_path_buf());
+        let (fb, reports) = feedback();
+        network.attach(fb);
+        network.set_peers(&[(2, address)]);
+        let mut snapshot = message(2, 0);
+        snapshot.set_msg_type(MessageType::MsgSnapshot);
+        snapshot.mut_snapshot().data = file.encode().into();
+        snapshot.mut_snapshot().mut_metadata().index = 77;
+        // Heartbeats queued after the snapshot are not held up behind it.
+        network.send(vec![snapshot, message(2, 1)]);
+
+        let mut got_snapshot = false;
+        let mut got_heartbeat = false;
+        while !(got_snapshot && got_heartbeat) {
+            let m = tokio::time::timeout(Duration::from_secs(20), delivered.recv())
+                .await
+                .expect("delivered in time")
+                .expect("open");
+            match m.get_msg_type() {
+                MessageType::MsgSnapshot => {
+                    assert_eq!(m.get_snapshot().get_metadata().index, 77);
+                    got_snapshot = true;
+                }
+                _ => got_heartbeat = true,
+            }
+        }
+        let received = file.received_path(receiver_dir.path());
+        assert_eq!(std::fs::read(&received).expect("received"), content);
+        let reported =
+            tokio::task::spawn_blocking(move || reports.recv_timeout(Duration::from_secs(10)))
+                .await
+                .expect("join");
+        assert!(
+            matches!(reported, Ok(super::super::Input::SnapshotSent { peer: 2 })),
+            "the finished stream is reported"
+        );
+
+        // A snapshot whose file is gone is reported failed, not finished.
+        std::fs::remove_file(file.outgoing_path(sender_dir.path())).expect("remove");
+        let (fb, reports) = feedback();
+        network.attach(fb);
+        network.queues.clear();
+        let mut snapshot = message(2, 0);
+        snapshot.set_msg_type(MessageType::MsgSnapshot);
+        snapshot.mut_snapshot().data = file.encode().into();
+        network.send(vec![snapshot]);
+        let reported =
+            tokio::task::spawn_blocking(move || reports.recv_timeout(Duration::from_secs(10)))
+                .await
+                .expect("join");
+        assert!(
+            matches!(
+                reported,
+                Ok(super::super::Input::Unreachable {
+                    peer: 2,
+                    snapshot: true
+                })
+            ),
+            "the failed stream is reported"
         );
         server.abort();
     }

@@ -749,7 +749,7 @@ fn snapshot_saves_and_restores_the_exact_state() {
 }
 
 #[test]
-fn raft_snapshot_bytes_install_into_another_database() {
+fn raft_snapshot_files_install_into_another_database() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = rt();
     runtime.block_on(async {
@@ -761,10 +761,14 @@ fn raft_snapshot_bytes_install_into_another_database() {
                 .unwrap();
         }
     });
-    let source = db::Database::open(&dir.path().join("src").join(DB_FILE_NAME), 1, false).unwrap();
-    let bytes = source.snapshot_bytes().unwrap();
+    let source_path = dir.path().join("src").join(DB_FILE_NAME);
+    let source = db::Database::open(&source_path, 1, false).unwrap();
+    let first = source.prepare_outgoing_snapshot().unwrap();
+    let outgoing = first.outgoing_path(source_path.parent().unwrap());
+    assert_eq!(std::fs::metadata(&outgoing).unwrap().len(), first.size);
+    // Raft's data is the small descriptor, not the database.
     let mut snapshot = raft::eraftpb::Snapshot {
-        data: bytes.into(),
+        data: first.encode().into(),
         ..Default::default()
     };
     snapshot.mut_metadata().index = 21;
@@ -773,6 +777,13 @@ fn raft_snapshot_bytes_install_into_another_database() {
     std::fs::create_dir_all(target_path.parent().unwrap()).unwrap();
     let target = db::Database::open(&target_path, 2, false).unwrap();
     let mut state = target.load_state().unwrap();
+    // Before the transport delivered the file, installing fails and changes nothing.
+    assert!(target.attach_incoming_snapshot(&snapshot).is_err());
+    std::fs::copy(
+        &outgoing,
+        first.received_path(target_path.parent().unwrap()),
+    )
+    .unwrap();
     target.attach_incoming_snapshot(&snapshot).unwrap();
     let tx = target.conn.unchecked_transaction().unwrap();
     db::install_incoming_snapshot(&tx, &mut state).unwrap();
@@ -784,6 +795,26 @@ fn raft_snapshot_bytes_install_into_another_database() {
         .query_row("SELECT count(*) FROM kv", [], |r| r.get(0))
         .unwrap();
     assert_eq!(n, 20);
+    let left: Vec<_> = std::fs::read_dir(target_path.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains("snapshot"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "installed snapshot files are removed: {left:?}"
+    );
+
+    // Outgoing files do not outlive a restart.
+    drop(source);
+    let source = db::Database::open(&source_path, 1, false).unwrap();
+    assert!(
+        !outgoing.exists(),
+        "a restart removes outgoing snapshot files"
+    );
+    let second = source.prepare_outgoing_snapshot().unwrap();
+    assert!(second.outgoing_path(source_path.parent().unwrap()).exists());
 }
 
 fn sha(path: &Path) -> Vec<u8> {
