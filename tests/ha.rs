@@ -1287,3 +1287,75 @@ fn cluster_reset_makes_the_survivor_a_one_member_cluster_with_its_data() {
     rt.block_on(create(&client, "after-reset"))
         .unwrap_or_else(|e| panic!("a write after the reset: {e}\n{}", group.logs()));
 }
+
+/// A server added to the group that never catches up (it died while joining) is removed
+/// by the leader after `learner-max-stall` (k3s removes a learner stalled for 5 minutes),
+/// so a half-joined server cannot block the group's next change for ever.
+#[test]
+fn a_learner_that_never_catches_up_is_removed() {
+    let mut group = Group::start(41, 1);
+    group.members[0].kill();
+    group.members[0]
+        .extra
+        .extend(["--etcd-arg".into(), "learner-max-stall=3000".into()]);
+    group.restart(0);
+    let rt = runtime();
+    // Add a member the way a joining server does (with the server token), and never
+    // start it.
+    let client = rt.block_on(async {
+        let kubeconfig = kube::config::Kubeconfig::read_from(group.members[0].kubeconfig())
+            .expect("read kubeconfig");
+        let mut config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("kubeconfig");
+        config.auth_info = kube::config::AuthInfo {
+            token: Some(TOKEN_SECRET.to_string().into()),
+            ..Default::default()
+        };
+        kube::Client::try_from(config).expect("client")
+    });
+    let body = serde_json::json!({"name": "ghost", "peerURL": "https://127.0.41.9:2380"});
+    let request = http::Request::post("/v1-k3rs/members")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).expect("json"))
+        .expect("request");
+    let added = rt.block_on(client.request_text(request));
+    assert!(added.is_ok(), "adding a learner: {added:?}");
+    let role_of_ghost = |group: &Group| {
+        group.members_seen_by(0).and_then(|members| {
+            members
+                .iter()
+                .find(|m| m["name"] == "ghost")
+                .map(|m| m["role"].as_str().unwrap_or_default().to_string())
+        })
+    };
+    assert_eq!(role_of_ghost(&group).as_deref(), Some("learner"));
+    let added_at = Instant::now();
+    let deadline = added_at + Duration::from_secs(20);
+    while role_of_ghost(&group).is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the stalled learner is still a member after 20 s:\n{}",
+            group.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        added_at.elapsed() >= Duration::from_millis(2500),
+        "removed only once it stalled for learner-max-stall, not at once"
+    );
+    assert!(
+        group.members[0].log().contains("learner made no progress"),
+        "the removal is logged:\n{}",
+        group.logs()
+    );
+    // The group goes on and takes the next member.
+    let created = rt.block_on(async {
+        let client = group.members[0].client().await;
+        create(&client, "after-stalled-learner").await
+    });
+    assert!(created.is_ok(), "write after the removal: {created:?}");
+}

@@ -175,7 +175,8 @@ pub struct ServerArgs {
     pub server: Option<String>,
 
     /// (db) Customized flag for the embedded datastore, as key=value (repeatable):
-    /// heartbeat-interval=<ms>, election-timeout=<ms> (etcd's names)
+    /// heartbeat-interval=<ms>, election-timeout=<ms> (etcd's names), learner-max-stall=<ms>
+    /// (a joining server that stops catching up is removed after it; default 5 minutes)
     #[arg(long, value_name = "KEY=VALUE", help_heading = "Database")]
     pub etcd_arg: Vec<String>,
 

@@ -777,26 +777,38 @@ fn parse_etcd_args(args: &[String]) -> Result<crate::apiserver::RaftTiming, (Str
         let (key, value) = arg
             .split_once('=')
             .ok_or_else(|| (arg.to_string(), "expected key=value".to_string()))?;
+        let key = key.trim();
+        // Raft timing is in the range etcd takes; a learner's stall limit may be longer.
+        let range = if key == "learner-max-stall" {
+            1_000..=86_400_000
+        } else {
+            1..=60_000
+        };
         let millis: u64 = value
             .trim()
             .parse()
             .ok()
-            .filter(|ms| (1..=60_000).contains(ms))
+            .filter(|ms| range.contains(ms))
             .ok_or_else(|| {
                 (
                     arg.to_string(),
-                    "expected milliseconds between 1 and 60000".to_string(),
+                    format!(
+                        "expected milliseconds between {} and {}",
+                        range.start(),
+                        range.end()
+                    ),
                 )
             })?;
         let duration = std::time::Duration::from_millis(millis);
-        match key.trim() {
+        match key {
             "heartbeat-interval" => timing.heartbeat_interval = duration,
             "election-timeout" => timing.election_timeout = duration,
+            "learner-max-stall" => timing.learner_max_stall = duration,
             other => {
                 return Err((
                     arg.to_string(),
                     format!(
-                        "unknown datastore setting {other:?}; k3rs understands heartbeat-interval and election-timeout"
+                        "unknown datastore setting {other:?}; k3rs understands heartbeat-interval, election-timeout and learner-max-stall"
                     ),
                 ));
             }
@@ -1420,6 +1432,11 @@ mod tests {
             c.raft_timing.election_timeout,
             std::time::Duration::from_millis(5000)
         );
+        let c = load_args(&["--etcd-arg", "learner-max-stall=900000"], &no_file()).expect("valid");
+        assert_eq!(
+            c.raft_timing.learner_max_stall,
+            std::time::Duration::from_secs(900)
+        );
         let c = load_args(&["--server", "https://10.0.0.1:6443/"], &no_file()).expect("valid");
         assert_eq!(c.join_url.as_deref(), Some("https://10.0.0.1:6443"));
         for (argv, words) in [
@@ -1430,6 +1447,10 @@ mod tests {
                 "heartbeat-interval",
             ),
             (&["--etcd-arg", "election-timeout=abc"][..], "milliseconds"),
+            (
+                &["--etcd-arg", "learner-max-stall=10"][..],
+                "between 1000 and",
+            ),
             (
                 &[
                     "--etcd-arg",

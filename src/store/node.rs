@@ -43,6 +43,10 @@ use super::{Input, Member, MemberRole, SharedState, StoreConfig};
 pub struct RaftTiming {
     pub heartbeat_interval: Duration,
     pub election_timeout: Duration,
+    /// A learner whose replication has not moved for this long is removed from the group
+    /// by the leader (k3s's `learnerMaxStallTime`, 5 minutes): a half-joined server must
+    /// not block the next join for ever.
+    pub learner_max_stall: Duration,
 }
 
 impl Default for RaftTiming {
@@ -50,6 +54,7 @@ impl Default for RaftTiming {
         RaftTiming {
             heartbeat_interval: Duration::from_millis(100),
             election_timeout: Duration::from_millis(1000),
+            learner_max_stall: Duration::from_secs(300),
         }
     }
 }
@@ -152,6 +157,9 @@ pub(crate) struct Driver {
     handed_over: bool,
     /// The WAL, for a member that syncs in this thread (see `process_ready`).
     wal: Option<std::fs::File>,
+    /// On the leader: each learner's matched index and when it last moved, to remove a
+    /// learner that stopped catching up (see `RaftTiming::learner_max_stall`).
+    learner_progress: HashMap<u64, (u64, Instant)>,
 }
 
 impl Driver {
@@ -202,6 +210,7 @@ impl Driver {
             durable: None,
             handed_over: false,
             wal: None,
+            learner_progress: HashMap::new(),
         }
     }
 
@@ -807,26 +816,51 @@ impl Driver {
         self.promote_learners();
     }
 
-    /// On the leader: proposes a caught-up learner's promotion to voter (one at a time;
-    /// a refused or lost proposal is simply made again on a later turn).
+    /// On the leader: proposes a caught-up learner's promotion to voter, or the removal
+    /// of a learner that stalled (one change at a time; a refused or lost proposal is
+    /// simply made again on a later turn).
     fn promote_learners(&mut self) {
         let Some(raw) = self.raw.as_mut() else {
             return;
         };
-        if raw.raft.state != StateRole::Leader
-            || raw.raft.pending_conf_index > raw.raft.raft_log.applied
-        {
+        if raw.raft.state != StateRole::Leader {
+            // A new leader starts its own clock for every learner.
+            self.learner_progress.clear();
+            return;
+        }
+        let now = Instant::now();
+        let learners = &self.state.conf_state.learners;
+        self.learner_progress.retain(|id, _| learners.contains(id));
+        for id in learners {
+            let matched = raw.raft.prs().get(*id).map_or(0, |pr| pr.matched);
+            let progress = self.learner_progress.entry(*id).or_insert((matched, now));
+            if matched > progress.0 {
+                *progress = (matched, now);
+            }
+        }
+        if raw.raft.pending_conf_index > raw.raft.raft_log.applied {
             return;
         }
         let last = raw.raft.raft_log.last_index();
-        let ready = self.state.conf_state.learners.iter().copied().find(|id| {
-            raw.raft.prs().get(*id).is_some_and(|pr| {
+        let caught_up = |id: u64| {
+            raw.raft.prs().get(id).is_some_and(|pr| {
                 pr.state == ProgressState::Replicate
                     && pr.recent_active
                     && pr.matched + PROMOTION_LAG_ENTRIES >= last
             })
-        });
-        let Some(id) = ready else { return };
+        };
+        let ready = self
+            .state
+            .conf_state
+            .learners
+            .iter()
+            .copied()
+            .find(|id| caught_up(*id));
+        let Some(id) = ready else {
+            // No learner is ready, so every one is behind or unreachable.
+            self.remove_stalled_learner(now);
+            return;
+        };
         let mut single = raft::eraftpb::ConfChangeSingle::default();
         single.set_change_type(ConfChangeType::AddNode);
         single.node_id = id;
@@ -834,6 +868,39 @@ impl Driver {
         change.set_changes(vec![single].into());
         tracing::info!(member = %format!("{id:x}"), "learner caught up; promoting it to voter");
         self.propose(Proposal::ConfChange(change), None, Instant::now());
+    }
+
+    /// Proposes removing a learner whose replication has not moved for
+    /// `learner_max_stall` (called when none is ready for promotion: a down or stuck
+    /// joiner).
+    fn remove_stalled_learner(&mut self, now: Instant) {
+        let Some(raw) = self.raw.as_ref() else {
+            return;
+        };
+        let last = raw.raft.raft_log.last_index();
+        let stall = self.config.timing.learner_max_stall;
+        let stalled = self
+            .learner_progress
+            .iter()
+            .find(|(_, (_, since))| now.duration_since(*since) >= stall);
+        let Some((&id, &(matched, since))) = stalled else {
+            return;
+        };
+        let mut single = raft::eraftpb::ConfChangeSingle::default();
+        single.set_change_type(ConfChangeType::RemoveNode);
+        single.node_id = id;
+        let mut change = ConfChangeV2::default();
+        change.set_changes(vec![single].into());
+        tracing::warn!(
+            member = %format!("{id:x}"),
+            matched,
+            last,
+            stalled_s = now.duration_since(since).as_secs(),
+            "learner made no progress; removing it from the group (it may join again)"
+        );
+        // Measured from now again, should the removal be refused or lost.
+        self.learner_progress.insert(id, (matched, now));
+        self.propose(Proposal::ConfChange(change), None, now);
     }
 
     /// Fails every proposal and read still waiting (shutdown).
@@ -1539,11 +1606,13 @@ mod tests {
         let k3s = RaftTiming {
             heartbeat_interval: Duration::from_millis(500),
             election_timeout: Duration::from_millis(5000),
+            ..RaftTiming::default()
         };
         assert_eq!(k3s.ticks(), (Duration::from_millis(500), 10));
         let tight = RaftTiming {
             heartbeat_interval: Duration::from_millis(1),
             election_timeout: Duration::from_millis(15),
+            ..RaftTiming::default()
         };
         // The tick has a floor; the election still spans at least two ticks.
         assert_eq!(tight.ticks(), (Duration::from_millis(10), 2));
