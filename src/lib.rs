@@ -14,6 +14,7 @@ pub mod fuzzing;
 pub mod informer;
 pub mod kube_client;
 pub mod kubelet;
+pub mod leader_election;
 pub mod names;
 pub mod network;
 pub mod panics;

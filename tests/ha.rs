@@ -1359,3 +1359,406 @@ fn a_learner_that_never_catches_up_is_removed() {
     });
     assert!(created.is_ok(), "write after the removal: {created:?}");
 }
+
+/// The holder of a `kube-system` Lease and the server it belongs to.
+async fn lease_holder(client: &kube::Client, name: &str) -> Option<String> {
+    let api: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "kube-system");
+    let lease = api.get_opt(name).await.ok()??;
+    lease.spec?.holder_identity
+}
+
+/// Pods of `app=<app>` in `default`: (name, node) pairs.
+async fn pods_of(client: &kube::Client, app: &str) -> Vec<(String, Option<String>)> {
+    let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
+    let mut pods: Vec<_> = api
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .map(|list| {
+            list.items
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .map(|p| {
+                    (
+                        p.metadata.name.unwrap_or_default(),
+                        p.spec.and_then(|s| s.node_name),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    pods.sort();
+    pods
+}
+
+/// With three servers exactly one runs the controllers and one the scheduler (their
+/// Leases in kube-system say which); when that server dies another takes over after the
+/// lease lapses, and nothing is done twice.
+#[test]
+fn one_controller_manager_and_scheduler_lead_and_another_takes_over() {
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    let mut group = Group::start(42, 3);
+    let rt = runtime();
+    let clients: Vec<kube::Client> = group
+        .members
+        .iter()
+        .map(|m| rt.block_on(m.client()))
+        .collect();
+    // Both leases are held, by a server, and only that server started the component.
+    let holder_of = |rt: &tokio::runtime::Runtime, client: &kube::Client, lease: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(holder) = rt.block_on(lease_holder(client, lease)) {
+                return holder;
+            }
+            assert!(Instant::now() < deadline, "nobody holds {lease}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let controller_holder = holder_of(&rt, &clients[1], "kube-controller-manager");
+    let scheduler_holder = holder_of(&rt, &clients[2], "kube-scheduler");
+    let index_of = |holder: &str| {
+        group
+            .members
+            .iter()
+            .position(|m| holder.starts_with(&format!("{}_", m.name)))
+            .unwrap_or_else(|| panic!("{holder} is none of the servers"))
+    };
+    let leader = index_of(&controller_holder);
+    let _ = index_of(&scheduler_holder);
+    for (i, member) in group.members.iter().enumerate() {
+        let started = member
+            .log()
+            .contains("leading: starting kube-controller-manager");
+        assert_eq!(
+            started,
+            i == leader,
+            "{} started the controllers: {started}\n{}",
+            member.name,
+            group.logs()
+        );
+    }
+    // A node the scheduler can bind to (no kubelet: the test writes its status).
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "fake-node"},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"},
+            "capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"}
+        }
+    }))
+    .expect("node");
+    rt.block_on(Api::<Node>::all(clients[0].clone()).create(&PostParams::default(), &node))
+        .expect("create the node");
+    let replica_set = |replicas: i32| -> ReplicaSet {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+                }
+            }
+        }))
+        .expect("replicaset")
+    };
+    let sets: Api<ReplicaSet> = Api::namespaced(clients[0].clone(), "default");
+    rt.block_on(sets.create(&PostParams::default(), &replica_set(2)))
+        .expect("create the replicaset");
+    let wait_bound = |group: &Group, client: &kube::Client, n: usize, within: Duration| {
+        let deadline = Instant::now() + within;
+        loop {
+            let pods = rt.block_on(pods_of(client, "web"));
+            if pods.len() == n && pods.iter().all(|(_, node)| node.is_some()) {
+                return;
+            }
+            assert!(
+                pods.len() <= n,
+                "more pods than replicas (two controllers acted?): {pods:?}"
+            );
+            assert!(
+                Instant::now() < deadline,
+                "{n} bound pods expected, have {pods:?}:\n{}",
+                group.logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_bound(&group, &clients[1], 2, Duration::from_secs(30));
+
+    // The controller-manager's server dies; a survivor takes its lease and acts.
+    group.members[leader].kill();
+    let killed = Instant::now();
+    let survivor = (leader + 1) % 3;
+    let survivor_client = clients[survivor].clone();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let new_holder = loop {
+        if let Some(holder) = rt.block_on(lease_holder(&survivor_client, "kube-controller-manager"))
+            && holder != controller_holder
+        {
+            break holder;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no other server took the controller-manager lease:\n{}",
+            group.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let took_over = killed.elapsed();
+    eprintln!("controller-manager lease taken over by {new_holder} after {took_over:?}");
+    assert!(
+        took_over < Duration::from_secs(25),
+        "takeover took {took_over:?} (lease 15 s)"
+    );
+    let sets: Api<ReplicaSet> = Api::namespaced(survivor_client.clone(), "default");
+    let mut scaled = rt.block_on(sets.get("web")).expect("get the replicaset");
+    scaled.spec.as_mut().expect("spec").replicas = Some(4);
+    rt.block_on(sets.replace("web", &PostParams::default(), &scaled))
+        .expect("scale the replicaset");
+    wait_bound(&group, &survivor_client, 4, Duration::from_secs(40));
+    // Hold on a little: no late duplicate from a second controller.
+    std::thread::sleep(Duration::from_secs(2));
+    let pods = rt.block_on(pods_of(&survivor_client, "web"));
+    assert_eq!(pods.len(), 4, "exactly the replicas: {pods:?}");
+    // Each pod was bound once.
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(survivor_client.clone(), "default");
+    let scheduled = rt
+        .block_on(events.list(&ListParams::default()))
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Scheduled"))
+        .map(|e| e.count.unwrap_or(1))
+        .sum::<i32>();
+    assert_eq!(scheduled, 4, "one Scheduled event per pod");
+    // The changes of leadership are Events on the Lease, as kube records them.
+    let system: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(survivor_client.clone(), "kube-system");
+    let messages: Vec<String> = rt
+        .block_on(system.list(&ListParams::default()))
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("LeaderElection"))
+        .filter_map(|e| e.message)
+        .collect();
+    assert!(
+        messages.contains(&format!("{new_holder} became leader")),
+        "LeaderElection events: {messages:?}"
+    );
+}
+
+/// The addresses `default/kubernetes` Endpoints and its EndpointSlice list.
+async fn kubernetes_endpoints(client: &kube::Client) -> (Vec<String>, Vec<String>) {
+    use k8s_openapi::api::core::v1::Endpoints;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let endpoints = Api::<Endpoints>::namespaced(client.clone(), "default")
+        .get_opt("kubernetes")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|e| e.subsets)
+        .and_then(|s| s.into_iter().next())
+        .and_then(|s| s.addresses)
+        .map(|a| a.into_iter().map(|a| a.ip).collect())
+        .unwrap_or_default();
+    let slice = Api::<EndpointSlice>::namespaced(client.clone(), "default")
+        .get_opt("kubernetes")
+        .await
+        .ok()
+        .flatten()
+        .map(|s| s.endpoints.into_iter().flat_map(|e| e.addresses).collect())
+        .unwrap_or_default();
+    (endpoints, slice)
+}
+
+/// `default/kubernetes` lists every live server (kube's lease endpoint reconciler); a
+/// dead server's address drops out within about 15 s, and comes back with it.
+#[test]
+fn the_kubernetes_service_lists_every_live_server() {
+    let mut group = Group::start(43, 3);
+    let rt = runtime();
+    let client = rt.block_on(group.members[0].client());
+    let all: Vec<String> = group.members.iter().map(|m| m.ip.clone()).collect();
+    let wait_for = |group: &Group, want: &[String], within: Duration| -> Duration {
+        let started = Instant::now();
+        loop {
+            let (endpoints, slice) = rt.block_on(kubernetes_endpoints(&client));
+            if endpoints == want && slice == want {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < within,
+                "want {want:?}, Endpoints {endpoints:?}, EndpointSlice {slice:?}:\n{}",
+                group.logs()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    };
+    wait_for(&group, &all, Duration::from_secs(20));
+    group.members[2].kill();
+    let gone = wait_for(&group, &all[..2], Duration::from_secs(30));
+    eprintln!("a dead server left the kubernetes endpoints after {gone:?}");
+    assert!(
+        gone >= Duration::from_secs(5),
+        "left after {gone:?}: not before its lease could lapse"
+    );
+    group.restart(2);
+    wait_for(&group, &all, Duration::from_secs(20));
+}
+
+/// Runs kubectl against `member` with `args`; (success, stdout and stderr).
+fn kubectl(member: &Member, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(member.kubeconfig())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    if let (Some(mut input), Some(text)) = (child.stdin.take(), stdin) {
+        input.write_all(text.as_bytes()).expect("kubectl stdin");
+    }
+    let out = child.wait_with_output().expect("kubectl");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Members follow Nodes (k3s's etcd member controller): `kubectl delete node` of a server
+/// — here the raft leader, the hardest case — removes its member; the removed server
+/// stops, refuses to start again with its old data and says how to rejoin; after wiping
+/// `server/db` it joins again as a new member. (The servers run without agents, so the
+/// Nodes are registered by hand; each server's member controller marks its own.)
+#[test]
+fn deleting_a_server_node_removes_its_member_and_old_data_cannot_rejoin() {
+    let mut group = Group::start(44, 3);
+    for member in &group.members {
+        let node = format!(
+            "{{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{{\"name\":\"{}\"}}}}",
+            member.name
+        );
+        let (ok, text) = kubectl(&group.members[0], &["create", "-f", "-"], Some(&node));
+        assert!(ok, "creating node {}: {text}", member.name);
+    }
+    let leaving = group.leader();
+    let other = (leaving + 1) % 3;
+    let leaving_name = group.members[leaving].name.clone();
+    // Its own server marks the Node as a member's (label, annotations, finalizer).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, finalizers) = kubectl(
+            &group.members[other],
+            &[
+                "get",
+                "node",
+                &leaving_name,
+                "-o",
+                "jsonpath={.metadata.finalizers}",
+            ],
+            None,
+        );
+        if finalizers.contains("managed-etcd-controller") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no member finalizer on {leaving_name}: {finalizers}\n{}",
+            group.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (ok, text) = kubectl(
+        &group.members[other],
+        &["delete", "node", &leaving_name, "--timeout=60s"],
+        None,
+    );
+    assert!(
+        ok,
+        "kubectl delete node {leaving_name}: {text}\n{}",
+        group.logs()
+    );
+    // The group is the two others, and it takes writes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let voters: Vec<String> = group
+            .members_seen_by(other)
+            .unwrap_or_default()
+            .iter()
+            .filter(|m| m["role"] == "voter")
+            .filter_map(|m| m["name"].as_str().map(str::to_string))
+            .collect();
+        if voters.len() == 2 && !voters.contains(&leaving_name) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "voters after deleting {leaving_name}: {voters:?}\n{}",
+            group.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let rt = runtime();
+    let client = rt.block_on(group.members[other].client());
+    rt.block_on(create(&client, "after-node-delete"))
+        .unwrap_or_else(|e| panic!("write with two voters: {e}\n{}", group.logs()));
+    // The removed server stops by itself, saying why.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        let child = group.members[leaving].child.as_mut().expect("running");
+        if let Ok(Some(status)) = child.try_wait() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the removed server is still running:\n{}",
+            group.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    group.members[leaving].child = None;
+    assert!(!status.success(), "a removed server exits with an error");
+    assert!(
+        group.members[leaving]
+            .log()
+            .contains("this server was removed from the cluster"),
+        "{}",
+        group.logs()
+    );
+    // Started again with its old data: refused, with the way back.
+    std::fs::write(group.members[leaving].dir.join("server.log"), "").expect("clear log");
+    group.members[leaving].spawn();
+    let refused = group.members[leaving].try_wait_ready(Duration::from_secs(30));
+    assert!(
+        refused.is_err(),
+        "a removed server came back with its old data"
+    );
+    let log = group.members[leaving].log();
+    assert!(
+        log.contains("this server was removed from the cluster") && log.contains("server/db"),
+        "the refusal says how to rejoin:\n{log}"
+    );
+    group.members[leaving].kill();
+    // Wiped, it joins again (a new member) through a live server.
+    std::fs::remove_dir_all(group.members[leaving].dir.join("data/server/db")).expect("wipe db");
+    let token = std::fs::read_to_string(group.members[other].dir.join("data/server/token"))
+        .expect("token")
+        .trim()
+        .to_string();
+    let other_url = group.members[other].url();
+    group.members[leaving].extra = vec!["--server".into(), other_url, "--token".into(), token];
+    group.restart(leaving);
+    group.wait_voters(3, Duration::from_secs(60));
+}

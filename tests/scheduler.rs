@@ -398,10 +398,14 @@ async fn only_the_lease_holder_schedules_and_a_standby_takes_over() {
     let client = client(&server).await;
     let config = |identity: &str| {
         let mut c = scheduler::Config::default();
-        c.leader.identity = identity.into();
-        c.leader.lease_duration = Duration::from_secs(2);
-        c.leader.renew_deadline = Duration::from_millis(1500);
-        c.leader.retry_period = Duration::from_millis(200);
+        let leader = c
+            .leader
+            .as_mut()
+            .expect("the scheduler elects itself by default");
+        leader.identity = identity.into();
+        leader.lease_duration = Duration::from_secs(2);
+        leader.renew_deadline = Duration::from_millis(1500);
+        leader.retry_period = Duration::from_millis(200);
         c
     };
     let first = tokio::spawn(scheduler::run_with(client.clone(), config("first")));

@@ -195,6 +195,14 @@ impl ApiServer {
         local_client::client(self.state.clone(), identity, component)
     }
 
+    /// Resolves, with the reason, once this server's datastore member can no longer take
+    /// part in the cluster (removed by `kubectl delete node`, or the cluster writes a
+    /// format this build cannot read): the server must then stop.
+    pub fn stopped_for_good(&self) -> impl std::future::Future<Output = anyhow::Error> + use<> {
+        let store = self.state.store.clone();
+        async move { anyhow::Error::new(store.stopped_for_good().await) }
+    }
+
     /// Stops accepting connections and closes the store.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
@@ -267,9 +275,13 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
     bootstrap_rbac(&state)
         .await
         .context("creating the default RBAC roles")?;
-    master_endpoints::reconcile(&state)
-        .await
-        .context("writing the kubernetes Service's endpoints")?;
+    // A member of a group lists every live server: its first round (at once, below)
+    // reads the master leases rather than writing itself alone over the list.
+    if !state.store.is_clustered() {
+        master_endpoints::reconcile(&state, &[state.config.advertise.ip()])
+            .await
+            .context("writing the kubernetes Service's endpoints")?;
+    }
     master_endpoints::spawn(&state);
     member_node::spawn(&state);
     if let (Some(secret), Some(cluster)) = (&state.config.token_secret, &state.config.cluster)
@@ -391,6 +403,11 @@ async fn open_store(
     loop {
         match store.read_barrier().await {
             Ok(_) => break,
+            // A member removed from the group while it was down hears so from the others.
+            Err(
+                e @ (crate::store::StoreError::Removed { .. }
+                | crate::store::StoreError::Incompatible { .. }),
+            ) => return Err(e.into()),
             Err(e) => {
                 if last_log.elapsed() >= Duration::from_secs(5) {
                     last_log = Instant::now();

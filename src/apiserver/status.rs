@@ -262,6 +262,7 @@ impl ApiError {
             }
             StoreError::InvalidArgument(m) => ApiError::bad_request(m),
             StoreError::Unavailable(m) => ApiError::unavailable(m),
+            removed @ StoreError::Removed { .. } => ApiError::unavailable(removed.to_string()),
             other => {
                 if other.is_disk_full() {
                     ApiError::internal(format!("the server's disk is full: {other}"))

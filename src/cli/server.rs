@@ -297,29 +297,52 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
             "kube-controller-manager",
         )
         .context("building the controller-manager's client")?;
-        // The cluster DNS Service and its slice of node DNS servers (see dns::bootstrap).
-        {
-            let (client, cluster_dns) = (client.clone(), config.cluster_dns);
-            supervise("dns-bootstrap", move || {
-                crate::dns::bootstrap::run(client.clone(), cluster_dns)
-            });
-        }
-        {
-            let client = client.clone();
-            let ca_pem = prepared.pki.server_ca().cert_pem().to_string();
-            supervise("root-ca", move || {
-                crate::controllers::root_ca::run(client.clone(), ca_pem.clone())
-            });
-        }
-        if config.servicelb_enabled() {
-            let client = client.clone();
-            supervise("servicelb", move || {
-                crate::controllers::servicelb::run(client.clone())
-            });
-        } else {
+        let cluster_dns = config.cluster_dns;
+        let ca_pem = prepared.pki.server_ca().cert_pem().to_string();
+        let servicelb = config.servicelb_enabled();
+        if !servicelb {
             tracing::info!("ServiceLB disabled (--disable=servicelb)");
         }
-        tokio::spawn(crate::controllers::run(client, config.controllers.clone()));
+        let controllers = config.controllers.clone();
+        let mut lease =
+            crate::leader_election::LeaderConfig::kube_defaults("kube-controller-manager");
+        lease.identity = crate::leader_election::server_identity(&config.node_name);
+        let component = client.clone();
+        // With several servers exactly one runs the controllers (k3s runs
+        // kube-controller-manager with --leader-elect); the others stand by without caches.
+        tokio::spawn(crate::leader_election::run_while_leading(
+            client,
+            lease,
+            "kube-controller-manager",
+            "controllers",
+            move || {
+                let (client, ca_pem, controllers) =
+                    (component.clone(), ca_pem.clone(), controllers.clone());
+                async move {
+                    // The cluster DNS Service and its slice of node DNS servers (see
+                    // dns::bootstrap).
+                    {
+                        let client = client.clone();
+                        supervise("dns-bootstrap", move || {
+                            crate::dns::bootstrap::run(client.clone(), cluster_dns)
+                        });
+                    }
+                    {
+                        let client = client.clone();
+                        supervise("root-ca", move || {
+                            crate::controllers::root_ca::run(client.clone(), ca_pem.clone())
+                        });
+                    }
+                    if servicelb {
+                        let client = client.clone();
+                        supervise("servicelb", move || {
+                            crate::controllers::servicelb::run(client.clone())
+                        });
+                    }
+                    crate::controllers::run(client, controllers).await;
+                }
+            },
+        ));
     }
     for component in config.disable.iter().filter(|c| *c != "servicelb") {
         tracing::info!(
@@ -330,7 +353,27 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
     if !config.disable_scheduler {
         let client = component_client(&prepared, &server, "client-scheduler", "kube-scheduler")
             .context("building the scheduler's client")?;
-        supervise("scheduler", move || crate::scheduler::run(client.clone()));
+        let mut lease = crate::leader_election::LeaderConfig::kube_defaults("kube-scheduler");
+        lease.identity = crate::leader_election::server_identity(&config.node_name);
+        let component = client.clone();
+        tokio::spawn(crate::leader_election::run_while_leading(
+            client,
+            lease,
+            "default-scheduler",
+            "scheduler",
+            move || {
+                let client = component.clone();
+                async move {
+                    let config = crate::scheduler::Config {
+                        leader: None,
+                        ..Default::default()
+                    };
+                    supervise("scheduler", move || {
+                        crate::scheduler::run_with(client.clone(), config.clone())
+                    });
+                }
+            },
+        ));
     }
     tracing::info!(
         address = %server.local_addr,
@@ -356,11 +399,26 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         let options = embedded_agent(&config, &prepared, &local_url)?;
         Some(tokio::spawn(crate::agent::run(options, notifier.clone())))
     };
+    let removed = server.stopped_for_good();
+    tokio::pin!(removed);
     match agent {
-        None => wait_for_signal().await,
+        None => tokio::select! {
+            () = wait_for_signal() => {}
+            error = &mut removed => {
+                notifier.stopping();
+                server.shutdown().await;
+                return Err(error);
+            }
+        },
         Some(mut agent) => {
             tokio::select! {
                 () = wait_for_signal() => agent.abort(),
+                error = &mut removed => {
+                    agent.abort();
+                    notifier.stopping();
+                    server.shutdown().await;
+                    return Err(error);
+                }
                 result = &mut agent => {
                     notifier.stopping();
                     server.shutdown().await;

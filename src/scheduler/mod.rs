@@ -10,14 +10,14 @@
 //! `system:kube-scheduler` identity), pods of other schedulers, pods already bound.
 //!
 //! Layout: `quantity` parses resource quantities, `framework` is the pure algorithm
-//! (filters, scores, FitError wording), `leader` the Lease election; this file wires
+//! (filters, scores, FitError wording) and the Lease election is
+//! [`crate::leader_election`]; this file wires
 //! watches, the queue and the API writes.
 
 pub mod framework;
 pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod labels;
-pub mod leader;
 pub mod quantity;
 pub mod topology_spread;
 
@@ -53,7 +53,9 @@ const EVENT_WRITERS: usize = 8;
 /// Tunables; [`Config::default`] matches kube-scheduler.
 #[derive(Clone, Debug)]
 pub struct Config {
-    pub leader: leader::LeaderConfig,
+    /// The Lease this scheduler elects itself with; `None` when the caller already
+    /// runs it only while leading ([`crate::leader_election::run_while_leading`]).
+    pub leader: Option<crate::leader_election::LeaderConfig>,
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
     /// Bindings in flight at once. Binding is one POST per pod, so with a few
@@ -65,18 +67,10 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|_| "k3rs".into());
         Config {
-            leader: leader::LeaderConfig {
-                namespace: "kube-system".into(),
-                name: "kube-scheduler".into(),
-                identity: format!("{host}_{:016x}", random_u64()),
-                lease_duration: Duration::from_secs(15),
-                renew_deadline: Duration::from_secs(10),
-                retry_period: Duration::from_secs(2),
-            },
+            leader: Some(crate::leader_election::LeaderConfig::kube_defaults(
+                "kube-scheduler",
+            )),
             initial_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(10),
             parallel_binds: 256,
@@ -362,14 +356,21 @@ pub async fn run_with(client: kube::Client, config: Config) {
         client: client.clone(),
         config: config.clone(),
     });
-    let (leader_tx, leader_rx) = watch::channel(false);
+    let (leader_tx, leader_rx) = watch::channel(config.leader.is_none());
     // Owned here, so dropping (aborting) `run` stops the watches and the lease renewal.
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(leader::run(
-        client.clone(),
-        config.leader.clone(),
-        leader_tx,
-    ));
+    // Kept until `run` ends: the schedule loop stops when the sender is gone.
+    let mut _elected_by_caller = None;
+    match config.leader.clone() {
+        Some(leader) => {
+            tasks.spawn(crate::leader_election::run(
+                client.clone(),
+                leader,
+                leader_tx,
+            ));
+        }
+        None => _elected_by_caller = Some(leader_tx),
+    }
     tasks.spawn(watch_nodes(shared.clone()));
     tasks.spawn(watch_pending(shared.clone()));
     tasks.spawn(watch_assigned(shared.clone()));

@@ -60,13 +60,19 @@ CREATE TABLE state (
 ";
 
 /// The names and peer URLs of the raft group's members (replicated: written by
-/// `SetMember` commands and by removals, copied with snapshots). Stores made before the
-/// table existed get it when opened.
+/// `SetMember` commands and by removals, copied with snapshots), and the ids of members
+/// removed from the group (never reused: a removed member that comes back with its old
+/// data is told it was removed). Stores made before the tables existed get them when
+/// opened.
 const MEMBERS_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS members (
     id       INTEGER PRIMARY KEY,
     name     TEXT NOT NULL,
     peer_url TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS removed_members (
+    id   INTEGER PRIMARY KEY,
+    name TEXT NOT NULL
 );
 ";
 
@@ -377,11 +383,31 @@ pub(crate) fn load_members(conn: &Connection) -> rusqlite::Result<Vec<(u64, Stri
         .collect()
 }
 
-/// Forgets the name and peer URL of a member removed from the group.
+/// Forgets the name and peer URL of a member removed from the group and remembers
+/// that its id was removed.
 pub(crate) fn delete_member(tx: &Transaction<'_>, id: u64) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT OR IGNORE INTO removed_members (id, name)
+         VALUES (?1, coalesce((SELECT name FROM members WHERE id = ?1), ''))",
+    )?
+    .execute([id as i64])?;
     tx.prepare_cached("DELETE FROM members WHERE id = ?1")?
         .execute([id as i64])?;
     Ok(())
+}
+
+/// Records that this member (`id`) was told it was removed from the group.
+pub(crate) fn record_own_removal(conn: &Connection, id: u64) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT OR IGNORE INTO removed_members (id, name) VALUES (?1, '')")?
+        .execute([id as i64])?;
+    Ok(())
+}
+
+/// The ids of members removed from the group.
+pub(crate) fn load_removed_members(conn: &Connection) -> rusqlite::Result<Vec<u64>> {
+    conn.prepare_cached("SELECT id FROM removed_members ORDER BY id")?
+        .query_map([], |r| Ok(r.get::<_, i64>(0)? as u64))?
+        .collect()
 }
 
 pub(crate) fn load_state(conn: &Connection) -> rusqlite::Result<PersistentState> {
@@ -933,6 +959,17 @@ pub(crate) fn install_incoming_snapshot(
         tx.execute_batch(&format!(
             "DELETE FROM main.members; INSERT INTO main.members (id, name, peer_url)
              SELECT id, name, peer_url FROM {INCOMING}.members;"
+        ))?;
+    }
+    let has_removed: i64 = tx.query_row(
+        &format!("SELECT count(*) FROM {INCOMING}.sqlite_master WHERE name = 'removed_members'"),
+        [],
+        |r| r.get(0),
+    )?;
+    if has_removed > 0 {
+        tx.execute_batch(&format!(
+            "INSERT OR IGNORE INTO main.removed_members (id, name)
+             SELECT id, name FROM {INCOMING}.removed_members;"
         ))?;
     }
     let incoming = tx.query_row(

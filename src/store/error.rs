@@ -55,6 +55,16 @@ pub enum StoreError {
     )]
     Corrupt { path: PathBuf, detail: String },
 
+    /// This member was removed from the raft group (its server's Node was deleted); its
+    /// data is of no use to the group any more.
+    #[error(
+        "this server was removed from the cluster (its datastore member {id:x} was removed, \
+         usually by `kubectl delete node`) and will not rejoin with its old data. To rejoin: \
+         stop k3rs, delete {dir}, and start it again with --server https://<another server>:6443 \
+         and the cluster token"
+    )]
+    Removed { id: u64, dir: PathBuf },
+
     /// The database file belongs to something else or to a newer k3rs.
     #[error("database {path} cannot be used: {detail}")]
     Incompatible { path: PathBuf, detail: String },

@@ -224,6 +224,16 @@ pub(crate) struct SharedState {
     pub own_id: AtomicU64,
     /// Heartbeat round trips to each peer (leader only), etcd's buckets.
     pub peer_rtt: Mutex<std::collections::BTreeMap<u64, RttHistogram>>,
+    /// Ids of members removed from the group (their messages are answered "removed").
+    pub removed_ids: Mutex<Vec<u64>>,
+    /// Set once this member learns it was removed from the group: it then refuses every
+    /// request, and [`Store::stopped_for_good`] returns.
+    pub removed: AtomicBool,
+    /// Set when a committed entry is of a newer format than this build reads: the member
+    /// stops applying (skipping it would make it diverge) until it is upgraded.
+    pub incompatible: Mutex<Option<String>>,
+    /// Woken when `removed` or `incompatible` is set.
+    pub stopped_notify: tokio::sync::Notify,
 }
 
 /// Round-trip times of heartbeats to one peer, in etcd's buckets for
@@ -328,6 +338,16 @@ pub(crate) enum Input {
     /// From the transport: a snapshot was written out to `peer`.
     SnapshotSent {
         peer: u64,
+    },
+    /// A log entry of exactly these bytes (tests).
+    #[cfg(test)]
+    ProposeRaw {
+        data: Vec<u8>,
+        reply: oneshot::Sender<Result<Applied>>,
+    },
+    /// From the transport: member `told_by` answered that this member was removed.
+    RemovedFromGroup {
+        told_by: u64,
     },
     Shutdown,
 }
@@ -436,7 +456,13 @@ impl Store {
         });
         // The driver reports once it has loaded the log and (single member) won its election.
         match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Store { inner }),
+            Ok(Ok(())) => {
+                let store = Store { inner };
+                if store.is_removed() {
+                    return Err(store.removed_error());
+                }
+                Ok(store)
+            }
             Ok(Err(e)) => Err(e),
             Err(_) => Err(StoreError::Unavailable(
                 "the store thread stopped while starting".into(),
@@ -504,6 +530,76 @@ impl Store {
         Some(self.inner.shared.leader_id.load(Ordering::SeqCst)).filter(|id| *id != 0)
     }
 
+    /// Whether this member was removed from the group (it then refuses every request).
+    pub fn is_removed(&self) -> bool {
+        self.inner.shared.removed.load(Ordering::SeqCst)
+    }
+
+    /// Returns, with the reason, once this member can no longer take part in its group:
+    /// it learned it was removed (by applying its own removal, or from a member it sends
+    /// to), or a committed entry is of a format this build cannot read. The server then
+    /// stops.
+    pub async fn stopped_for_good(&self) -> StoreError {
+        let shared = &self.inner.shared;
+        loop {
+            let notified = shared.stopped_notify.notified();
+            if shared.removed.load(Ordering::SeqCst) {
+                return self.removed_error();
+            }
+            if let Some(detail) = self.incompatible() {
+                return StoreError::Incompatible {
+                    path: self.inner.db_path.clone(),
+                    detail,
+                };
+            }
+            notified.await;
+        }
+    }
+
+    /// Proposes an entry of exactly `data` (tests: entries a newer build would write).
+    #[cfg(test)]
+    pub(crate) async fn propose_raw(&self, data: Vec<u8>) -> Result<Applied> {
+        let (reply, response) = oneshot::channel();
+        self.inner
+            .inputs
+            .send(Input::ProposeRaw { data, reply })
+            .map_err(|_| StoreError::Unavailable("the store is shut down".into()))?;
+        response
+            .await
+            .map_err(|_| StoreError::Unavailable("the store stopped before answering".into()))?
+    }
+
+    fn incompatible(&self) -> Option<String> {
+        self.inner
+            .shared
+            .incompatible
+            .lock()
+            .ok()
+            .and_then(|i| i.clone())
+    }
+
+    /// Whether `id` names a member removed from the group.
+    pub fn is_removed_member(&self, id: u64) -> bool {
+        self.inner
+            .shared
+            .removed_ids
+            .lock()
+            .map(|ids| ids.contains(&id))
+            .unwrap_or(false)
+    }
+
+    fn removed_error(&self) -> StoreError {
+        StoreError::Removed {
+            id: self.member_id(),
+            dir: self
+                .inner
+                .db_path
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default(),
+        }
+    }
+
     /// Whether this member knows a leader (etcd's `etcd_server_has_leader`).
     pub fn has_leader(&self) -> bool {
         self.leader_id().is_some()
@@ -553,6 +649,9 @@ impl Store {
     /// is already readable.
     pub async fn read_barrier(&self) -> Result<i64> {
         let shared = &self.inner.shared;
+        if shared.removed.load(Ordering::SeqCst) || self.incompatible().is_some() {
+            return Err(self.stopped_for_good().await);
+        }
         if shared.single_member.load(Ordering::SeqCst) && shared.is_leader.load(Ordering::SeqCst) {
             return Ok(self.current_revision());
         }
@@ -801,6 +900,9 @@ impl Store {
     async fn propose(&self, command: Command) -> Result<Applied> {
         if self.inner.shared.stopping.load(Ordering::SeqCst) {
             return Err(StoreError::Unavailable("the store is shutting down".into()));
+        }
+        if self.is_removed() || self.incompatible().is_some() {
+            return Err(self.stopped_for_good().await);
         }
         let _permit = self
             .inner

@@ -85,6 +85,9 @@ type ReadReply = oneshot::Sender<Result<i64>>;
 enum Proposal {
     Command(Command),
     ConfChange(ConfChangeV2),
+    /// Entry bytes as given (tests: entries of another format).
+    #[cfg(test)]
+    Raw(Vec<u8>),
 }
 
 /// A proposal in raft's hands, waiting to be applied here.
@@ -340,6 +343,22 @@ impl Driver {
                 return;
             }
         };
+        match db::load_removed_members(&self.db.conn) {
+            Ok(removed) => {
+                if removed.contains(&self.state.node_id) {
+                    self.mark_removed("its removal from the group was applied here");
+                }
+                *self
+                    .shared
+                    .removed_ids
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = removed;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the removed members");
+                self.membership_changed = true;
+            }
+        }
         let conf = &self.state.conf_state;
         let mut ids: Vec<(u64, MemberRole)> = Vec::new();
         for id in conf.voters.iter().chain(&conf.voters_outgoing) {
@@ -408,6 +427,42 @@ impl Driver {
                 "raft membership"
             );
             *published = members;
+        }
+    }
+
+    /// Records that this member is no longer part of the group: every request is then
+    /// refused and the server stops (it must not serve reads that no longer advance).
+    fn mark_removed(&self, why: &str) {
+        // Remembered on disk too (a local fact, not a replicated write): a restart with
+        // this data is refused at once instead of after asking the others again.
+        if let Err(e) = db::record_own_removal(&self.db.conn, self.state.node_id) {
+            tracing::warn!(error = %e, "recording this member's removal");
+        }
+        if !self.shared.removed.swap(true, Ordering::SeqCst) {
+            tracing::error!(
+                member = %format!("{:x}", self.state.node_id),
+                why,
+                "this member was removed from the raft group"
+            );
+            self.shared.stopped_notify.notify_waiters();
+        }
+    }
+
+    /// Records that the group writes a format this build cannot read; the server stops
+    /// (after the reload below, which meets the same entry again and again).
+    fn halt_incompatible(&self, detail: &str) {
+        let mut incompatible = self
+            .shared
+            .incompatible
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if incompatible.is_none() {
+            tracing::error!(
+                detail,
+                "the cluster wrote an entry this k3rs cannot read; stopping this member"
+            );
+            *incompatible = Some(detail.to_string());
+            self.shared.stopped_notify.notify_waiters();
         }
     }
 
@@ -491,6 +546,10 @@ impl Driver {
             Input::Propose { command, reply } => {
                 self.propose(Proposal::Command(command), reply, Instant::now())
             }
+            #[cfg(test)]
+            Input::ProposeRaw { data, reply } => {
+                self.propose(Proposal::Raw(data), Some(reply), Instant::now())
+            }
             Input::ConfChange { change, reply } => {
                 self.propose(Proposal::ConfChange(change), Some(reply), Instant::now())
             }
@@ -529,6 +588,9 @@ impl Driver {
                 if let Some(raw) = self.raw.as_mut() {
                     raw.report_snapshot(peer, raft::SnapshotStatus::Finish);
                 }
+            }
+            Input::RemovedFromGroup { told_by } => {
+                self.mark_removed(&format!("member {told_by:x} answered that it was removed"));
             }
             Input::Shutdown => return true,
         }
@@ -571,6 +633,8 @@ impl Driver {
         context.extend_from_slice(&seq.to_le_bytes());
         let proposed = match &proposal {
             Proposal::Command(command) => raw.propose(context, command.encode()),
+            #[cfg(test)]
+            Proposal::Raw(data) => raw.propose(context, data.clone()),
             Proposal::ConfChange(change) => {
                 let proposed = raw.propose_conf_change(context, change.clone());
                 // raft-rs turns a conf change it will not take into an empty entry and
@@ -1151,6 +1215,9 @@ impl Driver {
     /// After a failed transaction: roll back, fail every waiting proposer (none of
     /// their writes is on disk), and rebuild raft from disk.
     fn recover(&mut self, error: StoreError) {
+        if let StoreError::Incompatible { detail, .. } = &error {
+            self.halt_incompatible(detail);
+        }
         tracing::error!(error = %error, "store write failed; nothing from this batch was stored, reloading from disk");
         if !self.db.conn.is_autocommit() {
             let _ = self.db.conn.execute_batch("ROLLBACK");
@@ -1381,6 +1448,11 @@ fn apply_entries(
                             *membership_changed |= matches!(command, Command::SetMember { .. });
                             db::apply_command(tx, state, command)
                                 .map_err(|e| db::classify(path, e, "applying a write"))?
+                        }
+                        // Written by a newer build: every member must apply it, so this
+                        // one stops here instead of skipping it and diverging.
+                        Err(e @ StoreError::Incompatible { .. }) => {
+                            return Err(e);
                         }
                         Err(e) => {
                             tracing::error!(index = entry.index, error = %e, "skipping an undecodable raft entry");

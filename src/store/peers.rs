@@ -13,7 +13,10 @@
 //!
 //! Receiving: [`serve`] accepts connections whose client certificate the peer CA signed,
 //! reads frames (each bounded), checks and decodes them ([`super::peer_wire`]) and steps
-//! them into the local member. A connection that sends anything malformed is closed.
+//! them into the local member. A connection that sends anything malformed is closed. A
+//! message from a member removed from the group is answered with [`REMOVED_NOTICE`] and
+//! the connection closed; a sender that reads the notice reports it to its driver, which
+//! stops the member (so a removed server cannot disrupt the group or serve stale reads).
 //!
 //! The wire: a connection starts with [`PREAMBLE`]; then frames of a 4-byte big-endian
 //! length and that many bytes of an encoded `eraftpb::Message`, at most
@@ -42,6 +45,10 @@ use super::transport::{PeerFeedback, Transport};
 
 /// The first bytes of every peer connection: protocol and version.
 pub const PREAMBLE: &[u8; 8] = b"K3RSRFT1";
+/// The only bytes a receiver ever writes back on a message connection: "you were removed
+/// from the group" (etcd answers a removed member's messages the same way). The sender
+/// then stops its member for good.
+pub const REMOVED_NOTICE: &[u8; 8] = b"K3RSGONE";
 /// The largest frame accepted: a batch of entries is at most 1 MiB (raft's
 /// `max_size_per_msg`) unless one entry is larger, and an entry is at most a request body.
 /// Snapshots stream in chunks on their own connections.
@@ -238,9 +245,38 @@ struct Dialer {
 
 type PeerStream = tokio_rustls::client::TlsStream<TcpStream>;
 
+/// An open message connection: the writing half, and the task that reads the other half
+/// for a [`REMOVED_NOTICE`] (stopped with the connection).
+struct Connection {
+    writer: tokio::io::WriteHalf<PeerStream>,
+    notice_reader: tokio::task::JoinHandle<()>,
+}
+
+impl Connection {
+    fn new(stream: PeerStream, peer: u64, feedback: PeerFeedback) -> Connection {
+        let (mut reader, writer) = tokio::io::split(stream);
+        let notice_reader = tokio::spawn(async move {
+            let mut notice = [0u8; 8];
+            if reader.read_exact(&mut notice).await.is_ok() && &notice == REMOVED_NOTICE {
+                feedback.removed_from_group(peer);
+            }
+        });
+        Connection {
+            writer,
+            notice_reader,
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.notice_reader.abort();
+    }
+}
+
 impl PeerWorker {
     async fn run(self, mut queue: mpsc::Receiver<Message>) {
-        let mut connection: Option<PeerStream> = None;
+        let mut connection: Option<Connection> = None;
         let mut last_failure: Option<Instant> = None;
         let mut reported_down = false;
         while let Some(first) = queue.recv().await {
@@ -264,7 +300,8 @@ impl PeerWorker {
                                 tracing::info!(peer = self.peer, address = %self.dialer.address, "raft peer reachable again");
                                 reported_down = false;
                             }
-                            connection = Some(stream);
+                            connection =
+                                Some(Connection::new(stream, self.peer, self.feedback.clone()));
                         }
                         Err(e) => {
                             last_failure = Some(Instant::now());
@@ -276,7 +313,7 @@ impl PeerWorker {
                     }
                 }
             }
-            let Some(stream) = connection.as_mut() else {
+            let Some(Connection { writer: stream, .. }) = connection.as_mut() else {
                 self.fail(&batch);
                 continue;
             };
@@ -424,12 +461,31 @@ fn encode_batch(batch: &[Message]) -> (Vec<u8>, usize) {
     (bytes, snapshot_bytes)
 }
 
-/// Where received messages go: the local member (`false` once it has shut down).
-pub type MessageSink = Arc<dyn Fn(Message) -> bool + Send + Sync>;
+/// What became of a received message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Stepped into the local member.
+    Stepped,
+    /// The local member has shut down.
+    ShutDown,
+    /// The sender is a member removed from the group: it is told so and not heard.
+    SenderRemoved,
+}
 
-/// A sink that steps messages into `store`.
+/// Where received messages go: the local member.
+pub type MessageSink = Arc<dyn Fn(Message) -> Delivery + Send + Sync>;
+
+/// A sink that steps messages into `store`, except from members removed from the group.
 pub fn store_sink(store: Store) -> MessageSink {
-    Arc::new(move |message| store.receive_raft_message(message).is_ok())
+    Arc::new(move |message| {
+        if store.is_removed_member(message.from) {
+            Delivery::SenderRemoved
+        } else if store.receive_raft_message(message).is_ok() {
+            Delivery::Stepped
+        } else {
+            Delivery::ShutDown
+        }
+    })
 }
 
 /// Accepts peer connections on `listener`; runs until its task is dropped. Snapshots
@@ -482,11 +538,23 @@ async fn receive(
             index = message.get_snapshot().get_metadata().index,
             "received a raft snapshot"
         );
-        let stepped = sink(message);
+        let stepped = sink(message) == Delivery::Stepped;
         snapshot_transfer::acknowledge(&mut stream, stepped).await;
         return Ok(());
     }
     if &preamble != PREAMBLE {
+        if preamble.starts_with(&PREAMBLE[..7]) {
+            // Another build of k3rs: say so where an operator looks, once per connection.
+            tracing::warn!(
+                theirs = %String::from_utf8_lossy(&preamble[7..]),
+                ours = %String::from_utf8_lossy(&PREAMBLE[7..]),
+                "a raft peer speaks another peer protocol version; its messages are refused \
+                 (run one k3rs release on every server)"
+            );
+            return Err(ReceiveError::Protocol(
+                "k3rs raft peer of another protocol version",
+            ));
+        }
         return Err(ReceiveError::Protocol("not a k3rs raft peer (preamble)"));
     }
     let mut buffer = Vec::new();
@@ -504,8 +572,20 @@ async fn receive(
         buffer.resize(length, 0);
         stream.read_exact(&mut buffer).await?;
         let message = peer_wire::decode_message(&buffer)?;
-        if !sink(message) {
-            return Ok(()); // the member shut down
+        let from = message.from;
+        match sink(message) {
+            Delivery::Stepped => {}
+            Delivery::ShutDown => return Ok(()),
+            Delivery::SenderRemoved => {
+                tracing::warn!(
+                    from = %format!("{from:x}"),
+                    "a member removed from the group is still sending; telling it so"
+                );
+                stream.write_all(REMOVED_NOTICE).await?;
+                stream.flush().await?;
+                let _ = stream.shutdown().await;
+                return Ok(());
+            }
         }
         if buffer.capacity() > 1 << 20 {
             buffer = Vec::new(); // do not keep a snapshot-sized buffer per connection
@@ -558,7 +638,13 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("addr");
         let (delivered_tx, delivered) = tokio::sync::mpsc::unbounded_channel();
-        let sink: MessageSink = Arc::new(move |m| delivered_tx.send(m).is_ok());
+        let sink: MessageSink = Arc::new(move |m| {
+            if delivered_tx.send(m).is_ok() {
+                Delivery::Stepped
+            } else {
+                Delivery::ShutDown
+            }
+        });
         let dir = std::env::temp_dir();
         let server = tokio::spawn(serve(listener, tls_of(ca, "b"), sink, dir));
         (address, delivered, server)
@@ -595,13 +681,60 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_removed_sender_is_told_so_and_reports_it() {
+        let ca = CertificateAuthority::generate("k3rs-peer-ca").expect("ca");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("addr");
+        let (delivered_tx, mut delivered) = tokio::sync::mpsc::unbounded_channel();
+        // Member 1 was removed from the receiver's group.
+        let sink: MessageSink = Arc::new(move |m: Message| {
+            if m.from == 1 {
+                Delivery::SenderRemoved
+            } else {
+                let _ = delivered_tx.send(m);
+                Delivery::Stepped
+            }
+        });
+        let server = tokio::spawn(serve(
+            listener,
+            tls_of(&ca, "b"),
+            sink,
+            std::env::temp_dir(),
+        ));
+        let mut network = PeerNetwork::new(tokio::runtime::Handle::current(), &tls_of(&ca, "a"));
+        let (fb, reports) = feedback();
+        network.attach(fb);
+        network.set_peers(&[(2, address)]);
+        network.send(vec![message(2, 1)]);
+        let reported =
+            tokio::task::spawn_blocking(move || reports.recv_timeout(Duration::from_secs(10)))
+                .await
+                .expect("join");
+        assert!(
+            matches!(
+                reported,
+                Ok(super::super::Input::RemovedFromGroup { told_by: 2 })
+            ),
+            "the notice is reported"
+        );
+        assert!(delivered.try_recv().is_err(), "nothing was stepped");
+        server.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_snapshot_file_streams_on_its_own_connection_and_is_reported_finished() {
         let ca = CertificateAuthority::generate("k3rs-peer-ca").expect("ca");
         let receiver_dir = tempfile::tempdir().expect("tempdir");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("addr");
         let (delivered_tx, mut delivered) = tokio::sync::mpsc::unbounded_channel();
-        let sink: MessageSink = Arc::new(move |m| delivered_tx.send(m).is_ok());
+        let sink: MessageSink = Arc::new(move |m| {
+            if delivered_tx.send(m).is_ok() {
+                Delivery::Stepped
+            } else {
+                Delivery::ShutDown
+            }
+        });
         let server = tokio::spawn(serve(
             listener,
             tls_of(&ca, "b"),

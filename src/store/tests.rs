@@ -904,3 +904,44 @@ fn an_empty_file_left_by_a_crash_during_first_start_is_initialized() {
     let store = open(dir.path());
     assert_eq!(store.current_revision(), 0);
 }
+
+/// An entry of a newer command format (what a newer build would write during a rolling
+/// upgrade) stops this member instead of being skipped: skipping would make it diverge
+/// from the members that applied it. Everything before it stays.
+#[test]
+fn an_entry_of_a_newer_format_stops_the_member_instead_of_being_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let store = open(dir.path());
+        store.create(b"/before", b"v".to_vec()).await.unwrap();
+        let mut newer = Command::Create {
+            key: b"/newer".to_vec(),
+            value: b"v".to_vec(),
+        }
+        .encode();
+        newer[0] = 2;
+        assert!(store.propose_raw(newer).await.is_err());
+        let stopped = tokio::time::timeout(Duration::from_secs(5), store.stopped_for_good())
+            .await
+            .expect("the member stops");
+        let message = stopped.to_string();
+        assert!(
+            matches!(stopped, StoreError::Incompatible { .. })
+                && message.contains("command format 2")
+                && message.contains("upgrade k3rs"),
+            "{message}"
+        );
+        let refused = store.create(b"/after", b"v".to_vec()).await;
+        assert!(
+            matches!(refused, Err(StoreError::Incompatible { .. })),
+            "{refused:?}"
+        );
+    });
+    // Nothing was skipped or half-applied: the entry is not on disk either (a group of
+    // one applies in the transaction that appends).
+    rt().block_on(async {
+        let store = open(dir.path());
+        assert!(store.get(b"/before").await.unwrap().is_some());
+        assert!(store.get(b"/newer").await.unwrap().is_none());
+    });
+}

@@ -46,6 +46,11 @@ impl PeerFeedback {
     pub fn snapshot_finished(&self, peer: u64) {
         let _ = self.inputs.send(Input::SnapshotSent { peer });
     }
+
+    /// `peer` answered that this member was removed from the group.
+    pub fn removed_from_group(&self, peer: u64) {
+        let _ = self.inputs.send(Input::RemovedFromGroup { told_by: peer });
+    }
 }
 
 /// The transport of a one-member group: there is nobody to talk to.
