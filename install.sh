@@ -3,7 +3,8 @@
 #            or: sh install.sh [server|agent] [k3rs flags...]
 #
 # Environment (k3s's variables, renamed):
-#   K3RS_URL                     join this server as an agent (https://...:6443); makes `agent` the default
+#   K3RS_URL                     a server to join (https://...:6443); makes `agent` the default,
+#                                with `server`: install another server of that cluster (HA)
 #   K3RS_TOKEN / K3RS_TOKEN_FILE join token (required with K3RS_URL)
 #   INSTALL_K3RS_EXEC            command and flags for the service (e.g. "server --disable-agent")
 #   INSTALL_K3RS_VERSION         release to download (default: latest)

@@ -8,12 +8,18 @@
 //!   creates with kube-rs), etcd through its gRPC `KV/Put` (default durability);
 //! * failover: under that load, SIGKILL of the leader, then the time until the first write
 //!   started after the kill succeeds through a surviving member — for both;
+//! * agent failover (issue 24): the agent's API server load balancer (its own code) in
+//!   front of server 1, knowing the others from `default/kubernetes`; SIGKILL of the server
+//!   it uses; the time until a request through it succeeds again;
+//! * controller takeover (issue 24): SIGKILL of the `kube-controller-manager` Lease holder;
+//!   the time until a ReplicaSet created right after gets its pod from another server;
 //! * join: a fourth k3rs server joins a group holding 10,000 objects; the time from its
 //!   start until it is a voter.
 //!
 //! The last line is `RESULT ha write_ratio_16=<k3rs/etcd> failover_ms=… etcd_failover_ms=…
-//! join_ms=…`; the goal check before it covers the issue's goals (`write_ratio_16 ≥ 1.0`,
-//! `failover_ms ≤ 2000` and `≤ etcd_failover_ms`, `join_ms ≤ 5000`).
+//! join_ms=… agent_failover_ms=… controller_takeover_ms=…`; the goal check before it covers
+//! the issues' goals (`write_ratio_16 ≥ 1.0`, `failover_ms ≤ 2000` and `≤ etcd_failover_ms`,
+//! `join_ms ≤ 5000`, `agent_failover_ms ≤ 3000`, `controller_takeover_ms ≤ 17000`).
 //!
 //! Environment: `K3RS_BENCH_SECS` (seconds of the write-load run, default 10). Without
 //! `--bench` (e.g. `cargo test --benches`) everything runs briefly as a smoke test.
@@ -34,7 +40,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{ListParams, PostParams};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::{Channel, Endpoint};
 
@@ -101,6 +107,10 @@ async fn run(settings: &Settings) -> Result<()> {
     println!("k3rs:  {:.0} writes/s", k3rs_rate.rate);
     let failover = k3rs_failover(&mut group).await?;
     println!("k3rs:  failover {failover:?}");
+    let agent_failover = agent_failover(&mut group, &root.path().join("agent")).await?;
+    println!("k3rs:  agent failover through its load balancer {agent_failover:?}");
+    let takeover = controller_takeover(&mut group).await?;
+    println!("k3rs:  controller-manager takeover {takeover:?}");
     let join = k3rs_join(&mut group, settings.join_objects).await?;
     println!(
         "k3rs:  join of a 4th server to {} objects: voter after {join:?}",
@@ -139,6 +149,18 @@ async fn run(settings: &Settings) -> Result<()> {
         ),
     ]);
     table.row([
+        "agent's server SIGKILL → next request via LB".to_string(),
+        format!("{} ms", agent_failover.as_millis()),
+        String::new(),
+        String::new(),
+    ]);
+    table.row([
+        "controller leader SIGKILL → next RS reconcile".to_string(),
+        format!("{} ms", takeover.as_millis()),
+        String::new(),
+        String::new(),
+    ]);
+    table.row([
         format!("join ({} objects) → voter", settings.join_objects),
         format!("{} ms", join.as_millis()),
         String::new(),
@@ -153,15 +175,26 @@ async fn run(settings: &Settings) -> Result<()> {
         ),
         ("failover_ms ≤ etcd_failover_ms", failover <= etcd_failover),
         ("join_ms ≤ 5000", join <= Duration::from_millis(5000)),
+        (
+            "agent_failover_ms ≤ 3000",
+            agent_failover <= Duration::from_millis(3000),
+        ),
+        (
+            "controller_takeover_ms ≤ 17000",
+            takeover <= Duration::from_millis(17000),
+        ),
     ];
     for (goal, met) in goals {
         println!("goal {goal}: {}", if met { "met" } else { "NOT met" });
     }
     println!(
-        "RESULT ha write_ratio_16={ratio:.2} failover_ms={} etcd_failover_ms={} join_ms={}",
+        "RESULT ha write_ratio_16={ratio:.2} failover_ms={} etcd_failover_ms={} join_ms={} \
+         agent_failover_ms={} controller_takeover_ms={}",
         failover.as_millis(),
         etcd_failover.as_millis(),
-        join.as_millis()
+        join.as_millis(),
+        agent_failover.as_millis(),
+        takeover.as_millis()
     );
     Ok(())
 }
@@ -553,6 +586,152 @@ async fn k3rs_failover(group: &mut K3rsGroup) -> Result<Duration> {
         .await?;
     group.clients[leader] = group.members[leader].client().await?;
     group.wait_voters(3, Duration::from_secs(60)).await?;
+    Ok(took)
+}
+
+impl K3rsGroup {
+    /// Starts member `index` again after a kill and waits until the group has all its
+    /// voters back.
+    async fn restart(&mut self, index: usize) -> Result<()> {
+        self.members[index].spawn()?;
+        self.members[index]
+            .wait_ready(Duration::from_secs(120))
+            .await?;
+        self.clients[index] = self.members[index].client().await?;
+        self.wait_voters(self.members.len(), Duration::from_secs(60))
+            .await
+    }
+
+    /// The member whose address is `address` (`ip:port`).
+    fn member_at(&self, address: &str) -> Option<usize> {
+        self.members
+            .iter()
+            .position(|m| address.starts_with(&format!("{}:", m.ip)))
+    }
+}
+
+/// The agent's side: its API server load balancer (the agent's own code, on an ephemeral
+/// port) in front of server 1, learning the others from `default/kubernetes` as an agent
+/// does; a list through it every 10 ms; SIGKILL of the server it uses; the time until the
+/// first request started after the kill succeeds.
+async fn agent_failover(group: &mut K3rsGroup, dir: &std::path::Path) -> Result<Duration> {
+    use k3rs::agent::loadbalancer::{LoadBalancer, LoadBalancerConfig, watch_endpoints};
+    let lb = LoadBalancer::start(LoadBalancerConfig {
+        server_url: format!("https://{K3RS_SUBNET}.1:6443"),
+        preferred: None,
+        port: 0,
+        data_dir: dir.to_path_buf(),
+    })
+    .await
+    .context("starting the load balancer")?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(group.members[0].dir.join("kc.yaml"))
+        .context("reading the kubeconfig")?;
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .context("kubeconfig")?;
+    config.cluster_url = lb.local_url().parse().context("load balancer URL")?;
+    config.connect_timeout = Some(Duration::from_secs(1));
+    config.read_timeout = Some(Duration::from_secs(5));
+    let client = kube::Client::try_from(config).context("client")?;
+    let watcher = tokio::spawn(watch_endpoints(client.clone(), lb.updater()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while lb.servers().len() < group.members.len() {
+        if Instant::now() > deadline {
+            bail!("the load balancer knows only {:?}", lb.servers());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let probe = ListParams::default().limit(1);
+    api.list(&probe)
+        .await
+        .context("a request through the load balancer")?;
+    let current = lb.current().context("the load balancer used no server")?;
+    let index = group
+        .member_at(&current)
+        .with_context(|| format!("{current} is no member"))?;
+    let killed_at = Instant::now();
+    group.members[index].kill();
+    let took = loop {
+        if api.list(&probe).await.is_ok() {
+            break killed_at.elapsed();
+        }
+        if killed_at.elapsed() > Duration::from_secs(60) {
+            bail!("no request through the load balancer succeeded within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    println!(
+        "k3rs:  the load balancer moved from {current} to {:?}",
+        lb.current()
+    );
+    watcher.abort();
+    group.restart(index).await?;
+    Ok(took)
+}
+
+/// The controller-manager's Lease holder is killed; a ReplicaSet created right after
+/// through another server; the time from the kill until its pod exists (the next
+/// ReplicaSet reconcile, on the new leader).
+async fn controller_takeover(group: &mut K3rsGroup) -> Result<Duration> {
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Pod;
+    let holder = Api::<Lease>::namespaced(group.clients[0].clone(), "kube-system")
+        .get("kube-controller-manager")
+        .await
+        .context("the kube-controller-manager Lease")?
+        .spec
+        .and_then(|s| s.holder_identity)
+        .context("the kube-controller-manager Lease has no holder")?;
+    let index = group
+        .members
+        .iter()
+        .position(|m| holder.starts_with(&format!("{}_", m.name)))
+        .with_context(|| format!("holder {holder} is no member"))?;
+    let via = (index + 1) % group.members.len();
+    let client = group.clients[via].clone();
+    let rs: ReplicaSet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "takeover"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "takeover"}},
+            "template": {
+                "metadata": {"labels": {"app": "takeover"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+            }
+        }
+    }))?;
+    let killed_at = Instant::now();
+    group.members[index].kill();
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
+    loop {
+        match replica_sets.create(&PostParams::default(), &rs).await {
+            Ok(_) => break,
+            // The killed server may have led the raft group too: writes wait for a leader.
+            Err(_) if killed_at.elapsed() < Duration::from_secs(30) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(e).context("creating the ReplicaSet"),
+        }
+    }
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let selector = ListParams::default().labels("app=takeover");
+    let took = loop {
+        if let Ok(list) = pods.list(&selector).await
+            && !list.items.is_empty()
+        {
+            break killed_at.elapsed();
+        }
+        if killed_at.elapsed() > Duration::from_secs(90) {
+            bail!("no ReplicaSet reconcile within 90 s of the kill");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let _ = replica_sets.delete("takeover", &Default::default()).await;
+    group.restart(index).await?;
     Ok(took)
 }
 

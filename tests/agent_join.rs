@@ -185,7 +185,14 @@ fn agent_gets_stores_and_reuses_its_certificates() {
     let data = dir.path().join("agent-data");
     let data_s = data.to_str().expect("utf-8");
     let url = server.url();
-    let out = agent(&join_args(&url, &token, data_s, "worker-1"));
+    // One load balancer port for every start: the kubeconfig names it.
+    let lb_port = support::free_port().to_string();
+    let args = |node| {
+        let mut args = join_args(&url, &token, data_s, node);
+        args.extend(["--lb-server-port", lb_port.as_str()]);
+        args
+    };
+    let out = agent(&args("worker-1"));
     assert_joined_then_stopped_at_runtime(&out);
 
     let agent_dir = data.join("agent");
@@ -218,11 +225,19 @@ fn agent_gets_stores_and_reuses_its_certificates() {
         assert_eq!(mode(&agent_dir.join(key)), 0o600, "{key}");
     }
 
-    // The kubeconfig authenticates (anonymous requests to /api/v1/nodes get 401).
+    // The kubeconfig names the agent's API server load balancer (as k3s's names
+    // 127.0.0.1:6444; it runs only while the agent does) and authenticates (anonymous
+    // requests to /api/v1/nodes get 401): checked against the server itself.
+    let kubeconfig =
+        std::fs::read_to_string(agent_dir.join("kubelet.kubeconfig")).expect("kubeconfig");
+    assert!(
+        kubeconfig.contains("server: https://127.0.0.1:"),
+        "{kubeconfig}"
+    );
     let out = Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(agent_dir.join("kubelet.kubeconfig"))
-        .args(["get", "--raw", "/api/v1/nodes"])
+        .args(["--server", &url, "get", "--raw", "/api/v1/nodes"])
         .output()
         .expect("run kubectl (install kubectl)");
     assert!(
@@ -272,7 +287,7 @@ fn agent_gets_stores_and_reuses_its_certificates() {
             )
         })
         .collect();
-    let out = agent(&join_args(&url, &token, data_s, "worker-1"));
+    let out = agent(&args("worker-1"));
     assert_joined_then_stopped_at_runtime(&out);
     for (f, (bytes, mtime)) in files.iter().zip(&before) {
         let p = agent_dir.join(f);
@@ -287,7 +302,7 @@ fn agent_gets_stores_and_reuses_its_certificates() {
     }
 
     // A new node name gets new certificates.
-    let out = agent(&join_args(&url, &token, data_s, "worker-renamed"));
+    let out = agent(&args("worker-renamed"));
     assert_joined_then_stopped_at_runtime(&out);
     let (cn, _, _, _) = cert(&agent_dir.join("client-kubelet.crt"));
     assert_eq!(cn, "system:node:worker-renamed");

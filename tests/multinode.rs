@@ -3,7 +3,8 @@
 //! (`tests/support/cluster.rs`). Covers issue 5's second node (joins with the token, runs a
 //! scheduled pod), pod → pod across nodes with host-gw and with vxlan, a deleted node's
 //! routes disappearing from the other node, and NetworkPolicy (default deny, then allow by
-//! podSelector, namespaceSelector and ipBlock).
+//! podSelector, namespaceSelector and ipBlock), and (issue 24) agents that survive the loss of
+//! the server they joined, through their API server load balancer.
 //!
 //! Prints `FIGURE multinode agent_start_to_ready_ms=…` per cluster (agent process start to its
 //! Node Ready with a podCIDR).
@@ -628,4 +629,228 @@ fn services_across_nodes() {
         "NodePort and LoadBalancer on node 1",
         || host_fetch(&ip1, node_port).is_some() && host_fetch(&ip1, 80).is_some(),
     );
+}
+
+/// A Deployment of busybox pods that print `started` and sleep.
+fn sleeper_deployment(name: &str, replicas: u32) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  replicas: {replicas}
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: main
+        image: {IMAGE}
+        imagePullPolicy: Never
+        command: ["sh", "-c", "echo started; exec sleep 3600"]
+"#
+    )
+}
+
+/// The names of the Running pods labelled `app=<app>` that sit on an agent.
+fn running_pods(cluster: &Cluster, app: &str) -> Vec<String> {
+    let out = cluster.kubectl(&[
+        "get",
+        "pods",
+        "-l",
+        &format!("app={app}"),
+        "-o",
+        "json",
+        "--request-timeout=5s",
+    ]);
+    let list: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    let agents: Vec<&str> = cluster.agents.iter().map(|a| a.name.as_str()).collect();
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["status"]["phase"] == "Running")
+        .filter(|p| agents.iter().any(|a| p["spec"]["nodeName"] == *a))
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn wait_running(cluster: &Cluster, app: &str, n: usize, timeout: Duration) -> Vec<String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let pods = running_pods(cluster, app);
+        if pods.len() >= n {
+            return pods;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {n} {app} pods Running after {timeout:?}:\n{}\n{}",
+            pods.len(),
+            String::from_utf8_lossy(&cluster.kubectl(&["get", "pods", "-o", "wide"]).stdout),
+            cluster
+                .agents
+                .iter()
+                .map(|a| format!("--- {} ---\n{}", a.name, tail_lines(&a.log(), 40)))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn tail_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Whether `node` is Ready as server `kubectl_server` sees it.
+fn node_ready(cluster: &Cluster, node: &str) -> bool {
+    let out = cluster.kubectl(&[
+        "get",
+        "node",
+        node,
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        "--request-timeout=5s",
+    ]);
+    String::from_utf8_lossy(&out.stdout).trim() == "True"
+}
+
+/// Issue 24: three servers, two agents joined against the first. The agents' load balancers
+/// learn every server from the `default/kubernetes` Endpoints (and persist the list); after
+/// SIGKILL of the first server the agents' Nodes stay Ready, their leases are renewed through
+/// another server, a Deployment scaled on a surviving server gets its new pods started on the
+/// agents (the kubelets' watches moved), and `kubectl logs` / `exec` work through it.
+#[test]
+fn agents_survive_the_loss_of_the_server_they_joined() {
+    let mut cluster = Cluster::start(
+        ClusterSpec::new(2)
+            .servers(3)
+            .agent_arg("--flannel-backend=host-gw"),
+    );
+    let server_addresses: Vec<String> = (1..=3)
+        .map(|k| format!("10.97.{}.{k}:{}", cluster.slot, cluster.server.port))
+        .collect();
+    // Every agent's load balancer knows all three servers, on disk too.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for agent in &cluster.agents {
+        let state = agent
+            .dir
+            .join("data/agent/etc/k3rs-agent-load-balancer.json");
+        loop {
+            let text = std::fs::read_to_string(&state).unwrap_or_default();
+            if server_addresses.iter().all(|a| text.contains(a.as_str())) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} does not list every server ({server_addresses:?}):\n{text}\n{}",
+                state.display(),
+                tail_lines(&agent.log(), 40)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    cluster.apply(&sleeper_deployment("web", 6));
+    wait_running(&cluster, "web", 6, Duration::from_secs(120));
+
+    let leases_before: Vec<String> = cluster
+        .agents
+        .iter()
+        .map(|a| {
+            cluster
+                .kubectl_ok(&[
+                    "get",
+                    "lease",
+                    "-n",
+                    "kube-node-lease",
+                    &a.name,
+                    "-o",
+                    "jsonpath={.spec.renewTime}",
+                ])
+                .trim()
+                .to_string()
+        })
+        .collect();
+
+    // SIGKILL the server the agents were installed against.
+    let _ = cluster.server.child.kill();
+    let _ = cluster.server.child.wait();
+    let killed = Instant::now();
+    cluster.kubectl_server = 1;
+
+    // Every agent renews its Node lease through a surviving server.
+    let nodes: Vec<String> = cluster.agents.iter().map(|a| a.name.clone()).collect();
+    for (node, before) in nodes.iter().zip(&leases_before) {
+        let deadline = killed + Duration::from_secs(30);
+        loop {
+            let out = cluster.kubectl(&[
+                "get",
+                "lease",
+                "-n",
+                "kube-node-lease",
+                node,
+                "-o",
+                "jsonpath={.spec.renewTime}",
+                "--request-timeout=5s",
+            ]);
+            let now = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if out.status.success() && !now.is_empty() && now != *before {
+                println!(
+                    "FIGURE multinode agent_lease_renewed_after_server_kill_ms={}",
+                    killed.elapsed().as_millis()
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{node}'s lease not renewed within 30 s of the server's death"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+    // 10 s after the kill the agents' Nodes are Ready as a surviving server sees them.
+    std::thread::sleep(
+        (killed + Duration::from_secs(10)).saturating_duration_since(Instant::now()),
+    );
+    for node in &nodes {
+        assert!(
+            node_ready(&cluster, node),
+            "{node} not Ready after the server's death"
+        );
+    }
+    for agent in &cluster.agents {
+        let log = agent.log();
+        assert!(
+            log.lines()
+                .any(|l| l.contains("load balancer now uses this server")
+                    && server_addresses[1..].iter().any(|a| l.contains(a.as_str()))),
+            "{} did not move to another server:\n{}",
+            agent.name,
+            tail_lines(&log, 40)
+        );
+    }
+
+    // Scale through a surviving server: the new pods start on the agents.
+    cluster.kubectl_ok(&["scale", "deployment", "web", "--replicas=8"]);
+    let pods = wait_running(&cluster, "web", 8, Duration::from_secs(120));
+    for node in &nodes {
+        assert!(
+            node_ready(&cluster, node),
+            "{node} not Ready after the scale-up"
+        );
+    }
+
+    // Logs and exec through the surviving server.
+    let pod = &pods[0];
+    let logs = cluster.kubectl_ok(&["logs", pod]);
+    assert!(logs.contains("started"), "kubectl logs {pod}: {logs:?}");
+    let (ok, out) = cluster.exec("default", pod, &["echo", "exec-ok"]);
+    assert!(ok && out.contains("exec-ok"), "kubectl exec {pod}: {out}");
 }

@@ -235,6 +235,49 @@ fn agent_install_writes_secrets_to_a_private_env_file() {
     assert!(root.path("systemd/k3rs-edge.service").is_file());
 }
 
+/// k3s's `K3S_URL=… sh -s - server`: with `server`, K3RS_URL joins another server (the
+/// unit runs `k3rs server`, which reads K3RS_URL and K3RS_TOKEN as --server and --token);
+/// the first server is installed with `--cluster-init`.
+#[test]
+fn a_joining_server_installs_as_a_server_with_the_url_and_token_in_its_env_file() {
+    let root = Root::new();
+    let env = [
+        ("K3RS_URL", "https://10.0.0.1:6443"),
+        ("K3RS_TOKEN", "K10abc::server:secret"),
+    ];
+    let out = root.install_ok(&["server"], &env);
+    assert!(out.contains("k3rs (server)"), "{out}");
+    let unit = std::fs::read_to_string(root.path("systemd/k3rs.service")).expect("unit");
+    assert!(unit.contains(" server\n"), "{unit}");
+    assert!(!unit.contains("secret"), "the token stays out of the unit");
+    let env_file = root.path("systemd/k3rs.service.env");
+    assert_eq!(mode(&env_file), 0o600);
+    let text = std::fs::read_to_string(&env_file).expect("env");
+    assert!(text.contains("K3RS_URL='https://10.0.0.1:6443'"), "{text}");
+    assert!(
+        text.contains("K3RS_TOKEN='K10abc::server:secret'"),
+        "{text}"
+    );
+    assert!(root.path("bin/k3rs-uninstall.sh").is_file());
+    assert!(!root.path("systemd/k3rs-agent.service").exists());
+
+    let first = Root::new();
+    let out = first.install_ok(&["server", "--cluster-init"], &[("K3RS_TOKEN", "s3cret")]);
+    assert!(out.contains("k3rs (server)"), "{out}");
+    let unit = std::fs::read_to_string(first.path("systemd/k3rs.service")).expect("unit");
+    assert!(unit.contains("--cluster-init"), "{unit}");
+    // The server reads the same variables the env file sets.
+    let help = Command::new(support::k3rs_bin())
+        .args(["server", "--help"])
+        .output()
+        .expect("k3rs server --help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("K3RS_URL") && help.contains("K3RS_TOKEN"),
+        "{help}"
+    );
+}
+
 #[test]
 fn refusals_have_clear_messages() {
     let root = Root::new();

@@ -85,6 +85,9 @@ pub struct JoinOptions {
     pub node_ips: Vec<IpAddr>,
     /// `<data-dir>`.
     pub data_dir: PathBuf,
+    /// The URL the node's clients use once joined (the agent's load balancer); the
+    /// joined server's own URL when `None`.
+    pub client_url: Option<String>,
 }
 
 /// A node's credentials, on disk under `<data-dir>/agent/` and in memory.
@@ -446,7 +449,7 @@ pub async fn join(options: &JoinOptions) -> Result<NodeCredentials, JoinError> {
         .pop()
         .ok_or_else(|| tls_error(&"no client certificate"))?;
     store_credentials(NodeCredentials {
-        server: server.url.clone(),
+        server: options.client_url.clone().unwrap_or(server.url),
         server_ca_pem,
         client_ca_pem,
         client,

@@ -2,8 +2,9 @@
 //! (CA pinning from the `K10…` token, node certificates), supervising containerd, importing
 //! air-gap images, and starting the node components (kubelet, proxy, network, dns).
 //!
-//! [`run`] is the orchestrator: 1. credentials (the join protocol in [`join`], or the embedded
-//! server's own certificates), 2. the container runtime, 3. the kubelet and its API server,
+//! [`run`] is the orchestrator: 0. the API server load balancer on 127.0.0.1:6444
+//! ([`loadbalancer`]; every component's client goes through it), 1. credentials (the join
+//! protocol in [`join`], or the embedded server's own certificates), 2. the container runtime, 3. the kubelet and its API server,
 //! 4. kube-proxy and the cluster DNS server, 5. a watch on its own Node that rewrites the
 //! CNI conflist when `spec.podCIDRs` is set.
 //! Progress goes to systemd (`STATUS=`; `READY=1` once the Node is registered).
@@ -15,6 +16,7 @@ pub mod containerd;
 pub mod cri;
 pub mod images;
 pub mod join;
+pub mod loadbalancer;
 pub mod memory;
 pub mod pause;
 
@@ -119,38 +121,74 @@ pub fn resolv_conf(explicit: Option<&Path>) -> PathBuf {
     }
 }
 
-/// Obtains the credentials, retrying while the server is unreachable; refusals (wrong CA
-/// hash, bad token, node password) end the agent.
+/// Starts the API server load balancer ([`loadbalancer`]): in front of `--server` and the
+/// servers it learns, or, for a server's embedded agent, in front of that server first.
+async fn load_balancer(options: &AgentOptions) -> anyhow::Result<loadbalancer::LoadBalancer> {
+    let (server_url, preferred) = match &options.credentials {
+        Credentials::Join { server, .. } => (server.clone(), None),
+        Credentials::Embedded(credentials) => {
+            let own = loadbalancer::address_of_url(&credentials.server)
+                .map_err(|reason| anyhow::anyhow!("{}: {reason}", credentials.server))?;
+            (credentials.server.clone(), Some(own))
+        }
+    };
+    loadbalancer::LoadBalancer::start(loadbalancer::LoadBalancerConfig {
+        server_url,
+        preferred,
+        port: options.node.lb_server_port,
+        data_dir: options.data_dir.clone(),
+    })
+    .await
+    .context("starting the API server load balancer")
+}
+
+/// Obtains the credentials, retrying while no server is reachable; refusals (wrong CA
+/// hash, bad token, node password) end the agent. Joining talks to one server directly (the
+/// server reports the address it sees), trying every server the load balancer knows, so a
+/// restarted agent starts while the server it was installed against is down. The
+/// credentials' server is then the load balancer.
 async fn credentials(
     options: &AgentOptions,
     notifier: &Notifier,
+    lb: &loadbalancer::LoadBalancer,
 ) -> anyhow::Result<NodeCredentials> {
-    let (server, token) = match &options.credentials {
+    let token = match &options.credentials {
         Credentials::Embedded(credentials) => {
-            return join::store_credentials((**credentials).clone())
+            let mut credentials = (**credentials).clone();
+            credentials.server = lb.local_url();
+            return join::store_credentials(credentials)
                 .context("storing the embedded agent's credentials");
         }
-        Credentials::Join { server, token } => (server, token),
-    };
-    let join_options = JoinOptions {
-        server: server.clone(),
-        token: token.clone(),
-        node_name: options.node_name.clone(),
-        node_ips: options.node.node_ips.clone(),
-        data_dir: options.data_dir.clone(),
+        Credentials::Join { token, .. } => token,
     };
     let mut delay = Duration::from_secs(1);
     loop {
-        notifier.status(&format!("Joining the cluster at {server}"));
-        match join::join(&join_options).await {
-            Ok(credentials) => return Ok(credentials),
-            Err(e) if e.is_transient() => {
-                tracing::warn!(error = %e, retry_in = ?delay, "waiting for the server");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(30));
+        let mut last_error = None;
+        for address in lb.servers_healthy_first() {
+            let server = format!("https://{address}");
+            notifier.status(&format!("Joining the cluster at {server}"));
+            let join_options = JoinOptions {
+                server: server.clone(),
+                token: token.clone(),
+                node_name: options.node_name.clone(),
+                node_ips: options.node.node_ips.clone(),
+                data_dir: options.data_dir.clone(),
+                client_url: Some(lb.local_url()),
+            };
+            match join::join(&join_options).await {
+                Ok(credentials) => return Ok(credentials),
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(%server, error = %e, "cannot join through this server");
+                    last_error = Some(e);
+                }
+                Err(e) => return Err(e).context("joining the cluster"),
             }
-            Err(e) => return Err(e).context("joining the cluster"),
         }
+        if let Some(e) = last_error {
+            tracing::warn!(error = %e, retry_in = ?delay, "waiting for a server");
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(30));
     }
 }
 
@@ -199,7 +237,8 @@ async fn container_runtime(
 /// Runs the agent until it fails or SIGTERM/SIGINT (the caller handles signals by dropping
 /// the future).
 pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Result<()> {
-    let credentials = credentials(&options, &notifier).await?;
+    let lb = load_balancer(&options).await?;
+    let credentials = credentials(&options, &notifier, &lb).await?;
     tracing::info!(
         node = %options.node_name,
         server = %credentials.server,
@@ -207,6 +246,8 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
         "node credentials ready"
     );
     let client = node_client(&credentials).await?;
+    // The load balancer learns every server from the default/kubernetes Endpoints.
+    let lb_watch = tokio::spawn(loadbalancer::watch_endpoints(client.clone(), lb.updater()));
     let runtime = container_runtime(&options, &notifier).await?;
     let cri_endpoint = runtime.cri_endpoint().to_path_buf();
     tracing::info!(cri = %cri_endpoint.display(), "container runtime ready");
@@ -351,6 +392,8 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
     };
     // Dropping the runtime leaves containerd (and the pods) running, as k3s does.
     drop(runtime);
+    lb_watch.abort();
+    drop(lb);
     result
 }
 

@@ -447,4 +447,9 @@ pub struct NodeArgs {
         help_heading = "Components"
     )]
     pub disable_kube_proxy: Option<bool>,
+
+    /// (agent/node) Local port of the client-side load balancer in front of the API servers
+    /// (127.0.0.1) [default: 6444]
+    #[arg(long, value_name = "PORT", help_heading = "Agent/node")]
+    pub lb_server_port: Option<String>,
 }

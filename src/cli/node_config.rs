@@ -42,6 +42,7 @@ pub(super) const NODE_KEYS: &[(&str, Kind)] = &[
     ("flannel-iface", Kind::One),
     ("disable-network-policy", Kind::Bool),
     ("disable-kube-proxy", Kind::Bool),
+    ("lb-server-port", Kind::One),
 ];
 
 /// The validated node settings.
@@ -75,6 +76,8 @@ pub struct NodeConfig {
     /// `--kubelet-arg`, parsed straight into the kubelet's own type (`--pause-image` is its
     /// `pod-infra-container-image` default).
     pub kubelet: KubeletArgs,
+    /// `--lb-server-port`: the agent's API server load balancer on 127.0.0.1.
+    pub lb_server_port: u16,
 }
 
 /// Adds the node flags given on the command line (or in the environment) to `layer`.
@@ -96,6 +99,7 @@ pub(super) fn cli_layer(args: &NodeArgs, layer: &mut Layer) {
     put_one(layer, "flannel-iface", &args.flannel_iface);
     put_bool(layer, "disable-network-policy", args.disable_network_policy);
     put_bool(layer, "disable-kube-proxy", args.disable_kube_proxy);
+    put_one(layer, "lb-server-port", &args.lb_server_port);
 }
 
 /// Validates the node settings and applies defaults.
@@ -128,7 +132,11 @@ pub(super) fn resolve(s: &Settings) -> Result<NodeConfig, ConfigError> {
     };
     let kubelet = KubeletArgs::parse_onto(defaults, &raw_args)
         .map_err(|e| s.invalid("kubelet-arg", &e.argument(), e.reason()))?;
+    let lb_server_port = s
+        .one("lb-server-port", super::config::parse_port)?
+        .unwrap_or(crate::agent::loadbalancer::DEFAULT_PORT);
     Ok(NodeConfig {
+        lb_server_port,
         flannel_backend,
         flannel_iface,
         disable_network_policy,

@@ -147,6 +147,9 @@ pub struct ClusterSpec {
     /// Run [`fake_upstream`] on the bridge address, port 53, and give the agents a
     /// `--resolv-conf` naming it, so cluster DNS forwards there (no internet needed).
     pub upstream_dns: bool,
+    /// How many servers: the first with `--cluster-init` on the bridge's `.1`, the others
+    /// join it from `.2`, `.3`, … (same HTTPS port, default raft ports).
+    pub servers: usize,
 }
 
 impl ClusterSpec {
@@ -156,7 +159,13 @@ impl ClusterSpec {
             agent_args: Vec::new(),
             agent_env: Vec::new(),
             upstream_dns: false,
+            servers: 1,
         }
+    }
+
+    pub fn servers(mut self, n: usize) -> Self {
+        self.servers = n;
+        self
     }
 
     pub fn upstream_dns(mut self) -> Self {
@@ -177,6 +186,11 @@ impl ClusterSpec {
 
 pub struct Cluster {
     pub server: Server,
+    /// Servers 2, 3, … of a [`ClusterSpec::servers`] cluster.
+    pub extra_servers: Vec<Server>,
+    /// The server [`Cluster::kubectl`] talks to (0 is the first); a test that kills a server
+    /// points it at a live one.
+    pub kubectl_server: usize,
     pub agents: Vec<Agent>,
     /// The slot: bridge `k3rs-br<n>`, nodes on 10.97.<n>.0/24.
     pub slot: u8,
@@ -290,6 +304,8 @@ impl Cluster {
                 kubeconfig: PathBuf::new(),
                 started_in: Duration::ZERO,
             },
+            extra_servers: Vec::new(),
+            kubectl_server: 0,
             agents: Vec::new(),
             slot,
             bridge: bridge.clone(),
@@ -313,6 +329,9 @@ impl Cluster {
             .expect("write the agents' resolv.conf");
         }
         cluster.start_server(&bridge_ip);
+        for k in 2..=spec.servers {
+            cluster.start_joining_server(k);
+        }
         for i in 0..spec.agents {
             cluster.add_agent(i);
         }
@@ -337,6 +356,17 @@ impl Cluster {
             .arg(&kubeconfig)
             .args(["--cluster-cidr", &self.cluster_cidr])
             .arg("--disable-agent")
+            .args(if self.spec.servers > 1 {
+                vec![
+                    "--cluster-init".to_string(),
+                    "--advertise-address".to_string(),
+                    bridge_ip.to_string(),
+                    "--node-name".to_string(),
+                    format!("server-{}-1", self.slot),
+                ]
+            } else {
+                Vec::new()
+            })
             .env_remove("K3RS_TOKEN")
             .env_remove("K3RS_DATA_DIR")
             .stdout(log.try_clone().expect("log"))
@@ -369,6 +399,74 @@ impl Cluster {
             .expect("node-token")
             .trim()
             .to_string();
+    }
+
+    /// Starts server `k` (2, 3, …) on the bridge's `.k`, joining the first with its full
+    /// token, and waits for its `/readyz`.
+    fn start_joining_server(&mut self, k: usize) {
+        let ip = format!("10.97.{}.{k}", self.slot);
+        sh(
+            "ip",
+            &["addr", "add", &format!("{ip}/24"), "dev", &self.bridge],
+        );
+        let full_token = std::fs::read_to_string(self.server.dir.path().join("data/server/token"))
+            .expect("the first server's full token")
+            .trim()
+            .to_string();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("server{k}-"))
+            .tempdir_in(&self.base)
+            .expect("server dir");
+        let kubeconfig = dir.path().join("kubeconfig.yaml");
+        let log = std::fs::File::create(dir.path().join("server.log")).expect("log file");
+        let started = Instant::now();
+        let child = Command::new(k3rs_bin())
+            .arg("server")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--bind-address", &ip, "--advertise-address", &ip])
+            .args(["--https-listen-port", &self.server.port.to_string()])
+            .args(["--node-name", &format!("server-{}-{k}", self.slot)])
+            .args(["--server", &self.server_url(), "--token", &full_token])
+            .arg("--write-kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--cluster-cidr", &self.cluster_cidr])
+            .arg("--disable-agent")
+            .env_remove("K3RS_TOKEN")
+            .env_remove("K3RS_DATA_DIR")
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start a joining k3rs server");
+        let mut server = Server {
+            child,
+            dir,
+            port: self.server.port,
+            kubeconfig: kubeconfig.clone(),
+            started_in: Duration::ZERO,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("k3rs server {k} exited early ({status}):\n{}", server.log());
+            }
+            if kubeconfig.exists()
+                && server
+                    .kubectl_with(Path::new("kubectl"), &["get", "--raw", "/readyz"], None)
+                    .status
+                    .success()
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "k3rs server {k} not ready:\n{}",
+                server.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server.started_in = started.elapsed();
+        self.extra_servers.push(server);
     }
 
     /// The server URL agents use.
@@ -525,7 +623,11 @@ impl Cluster {
     }
 
     pub fn kubectl_stdin(&self, args: &[&str], stdin: Option<&str>) -> Output {
-        self.server.kubectl_with(Path::new("kubectl"), args, stdin)
+        let server = match self.kubectl_server {
+            0 => &self.server,
+            i => &self.extra_servers[i - 1],
+        };
+        server.kubectl_with(Path::new("kubectl"), args, stdin)
     }
 
     /// kubectl that must succeed; returns stdout.
@@ -657,6 +759,10 @@ impl Drop for Cluster {
         self.upstream_stop.store(true, Ordering::Relaxed);
         for agent in &mut self.agents {
             agent.stop();
+        }
+        for server in &mut self.extra_servers {
+            let _ = server.child.kill();
+            let _ = server.child.wait();
         }
         let marker = self.base.to_string_lossy().into_owned();
         // Containers are children of the shims, whose command lines name the run dir.
