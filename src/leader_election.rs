@@ -116,7 +116,24 @@ pub async fn run(client: kube::Client, cfg: LeaderConfig, leader: watch::Sender<
                 }
             }
         }
-        tokio::time::sleep(cfg.retry_period).await;
+        let leading = *leader.borrow();
+        tokio::time::sleep(pause(&cfg, &observed, leading, Instant::now())).await;
+    }
+}
+
+/// How long to wait before the next try: the retry period, except that a standby tries
+/// again just as the holder's lease (as observed here) runs out rather than up to a retry
+/// period later — a dead holder is replaced 15 s after its last renewal, not 17.
+fn pause(cfg: &LeaderConfig, observed: &Observed, leading: bool, now: Instant) -> Duration {
+    if leading || observed.record.is_none() {
+        return cfg.retry_period;
+    }
+    let expires = observed.at + cfg.lease_duration;
+    if expires > now {
+        cfg.retry_period
+            .min(expires - now + Duration::from_millis(5))
+    } else {
+        cfg.retry_period
     }
 }
 
@@ -264,5 +281,41 @@ async fn try_acquire_or_renew(
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
         Err(e) => Err(e).context("updating the lease"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_standby_tries_again_as_the_observed_lease_runs_out() {
+        let cfg = LeaderConfig::kube_defaults("test");
+        let now = Instant::now();
+        let seen = |ago: Duration| Observed {
+            record: Some((Some("other".into()), None)),
+            at: now - ago,
+        };
+        // Far from expiry: the retry period.
+        assert_eq!(
+            pause(&cfg, &seen(Duration::from_secs(1)), false, now),
+            cfg.retry_period
+        );
+        // 0.5 s before expiry: just after it, not 2 s later.
+        let wait = pause(&cfg, &seen(Duration::from_millis(14_500)), false, now);
+        assert!(
+            wait >= Duration::from_millis(500) && wait < Duration::from_millis(600),
+            "{wait:?}"
+        );
+        // Expired (acquiring failed): back to the retry period, no busy loop.
+        assert_eq!(
+            pause(&cfg, &seen(Duration::from_secs(20)), false, now),
+            cfg.retry_period
+        );
+        // The holder renews at its own pace.
+        assert_eq!(
+            pause(&cfg, &seen(Duration::from_millis(14_500)), true, now),
+            cfg.retry_period
+        );
     }
 }

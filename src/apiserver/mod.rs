@@ -203,10 +203,16 @@ impl ApiServer {
         async move { anyhow::Error::new(store.stopped_for_good().await) }
     }
 
-    /// Stops accepting connections and closes the store.
+    /// Stops accepting connections, hands raft leadership to another server if this one
+    /// leads (a clean stop, e.g. a rolling restart, then costs no election timeout), and
+    /// stops the peer port.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.accept_loop.await;
+        if self.peer_loop.is_some() && self.state.store.is_leader() {
+            let moved = self.state.store.hand_over_leadership().await;
+            tracing::info!(moved, "raft leadership handed over before stopping");
+        }
         if let Some(peer_loop) = self.peer_loop {
             peer_loop.abort();
         }

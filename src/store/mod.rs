@@ -345,6 +345,11 @@ pub(crate) enum Input {
         data: Vec<u8>,
         reply: oneshot::Sender<Result<Applied>>,
     },
+    /// Before a clean stop: on a leader, hand leadership to another voter; answered with
+    /// whether this member no longer leads.
+    HandOverLeadership {
+        reply: oneshot::Sender<bool>,
+    },
     /// From the transport: member `told_by` answered that this member was removed.
     RemovedFromGroup {
         told_by: u64,
@@ -554,6 +559,22 @@ impl Store {
             }
             notified.await;
         }
+    }
+
+    /// Before a clean stop: a leader hands raft leadership to its most caught-up voter
+    /// (as etcd does), so the group goes on without waiting an election timeout. Returns
+    /// whether this member no longer leads (at once for a follower; within 2 s).
+    pub async fn hand_over_leadership(&self) -> bool {
+        let (reply, response) = oneshot::channel();
+        if self
+            .inner
+            .inputs
+            .send(Input::HandOverLeadership { reply })
+            .is_err()
+        {
+            return true;
+        }
+        response.await.unwrap_or(true)
     }
 
     /// Proposes an entry of exactly `data` (tests: entries a newer build would write).

@@ -72,6 +72,8 @@ impl RaftTiming {
 /// an unanswered ReadIndex (raft-rs drops one silently when there is no leader, or when
 /// a new leader has not committed an entry of its term yet).
 const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(200);
+/// A stopping leader waits at most this long for another voter to take over.
+const LEADERSHIP_HANDOVER_WAIT: Duration = Duration::from_secs(2);
 /// A learner is promoted once it is this close to the leader's log and replicating.
 const PROMOTION_LAG_ENTRIES: u64 = 100;
 /// Physical compaction runs at least this often while there is a backlog, even under
@@ -133,6 +135,9 @@ pub(crate) struct Driver {
     /// The leader known at the end of the last turn.
     last_leader: u64,
     last_housekeeping: Instant,
+    /// Stopping as leader: leadership is being handed to another voter; the caller is
+    /// answered once it has moved (true) or at the deadline (false).
+    handing_over: Option<(Instant, oneshot::Sender<bool>)>,
     /// A conf change or a member's name/URL was applied: refresh the member list.
     membership_changed: bool,
     /// Raft's tick (see `RaftTiming`).
@@ -198,6 +203,7 @@ impl Driver {
             answered_reads: Vec::new(),
             last_leader: 0,
             last_housekeeping: now,
+            handing_over: None,
             membership_changed: true,
             tick,
             heartbeats_out: HashMap::new(),
@@ -525,13 +531,53 @@ impl Driver {
             self.shared
                 .is_leader
                 .store(self.is_leader(), Ordering::SeqCst);
+            if let Some((until, _)) = &self.handing_over
+                && (!self.is_leader() || Instant::now() >= *until)
+                && let Some((_, reply)) = self.handing_over.take()
+            {
+                let moved = !self.is_leader();
+                if !moved {
+                    tracing::warn!("no other member took raft leadership over in time");
+                }
+                let _ = reply.send(moved);
+            }
             if shutdown {
                 break;
             }
         }
     }
 
+    /// On a leader that is stopping, asks the most caught-up other voter to take over
+    /// (raft's TimeoutNow, as etcd does on a clean stop): the group then goes on at
+    /// once instead of after an election timeout. Says whether a handover started.
+    fn hand_over_leadership(&mut self) -> bool {
+        let Some(raw) = self.raw.as_mut() else {
+            return false;
+        };
+        if raw.raft.state != StateRole::Leader {
+            return false;
+        }
+        let me = self.state.node_id;
+        let target = self
+            .state
+            .conf_state
+            .voters
+            .iter()
+            .copied()
+            .filter(|id| *id != me)
+            .max_by_key(|id| raw.raft.prs().get(*id).map_or(0, |p| p.matched));
+        let Some(target) = target else {
+            return false;
+        };
+        tracing::info!(to = %format!("{target:x}"), "stopping: handing raft leadership over");
+        raw.transfer_leader(target);
+        true
+    }
+
     fn next_wakeup(&self) -> Duration {
+        if self.handing_over.is_some() {
+            return Duration::from_millis(5);
+        }
         let tick = self.tick.saturating_sub(self.last_tick.elapsed());
         if self.state.compact_cursor < self.state.compact_revision {
             tick.min(COMPACTION_PACE)
@@ -591,6 +637,13 @@ impl Driver {
             }
             Input::RemovedFromGroup { told_by } => {
                 self.mark_removed(&format!("member {told_by:x} answered that it was removed"));
+            }
+            Input::HandOverLeadership { reply } => {
+                if self.handing_over.is_none() && self.hand_over_leadership() {
+                    self.handing_over = Some((Instant::now() + LEADERSHIP_HANDOVER_WAIT, reply));
+                } else {
+                    let _ = reply.send(!self.is_leader());
+                }
             }
             Input::Shutdown => return true,
         }
