@@ -1870,3 +1870,76 @@ fn a_rolling_restart_loses_no_write_and_keeps_writes_going() {
         group.logs()
     );
 }
+
+/// `k3rs etcd-snapshot <args> --kubeconfig … --data-dir …` against `member`.
+fn etcd_snapshot(member: &Member, args: &[&str]) -> (bool, String) {
+    let out = Command::new(support::k3rs_bin())
+        .arg("etcd-snapshot")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(member.kubeconfig())
+        .arg("--data-dir")
+        .arg(member.dir.join("data"))
+        .output()
+        .expect("k3rs etcd-snapshot");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Snapshots with several servers (issue 24): a snapshot saved on one server is listed,
+/// with its node, by `ls` on every server; `delete` on another server removes the file
+/// from the server that holds it.
+#[test]
+fn every_server_lists_every_servers_snapshots_and_deletes_them() {
+    let group = Group::start(46, 3);
+    let (ok, text) = etcd_snapshot(&group.members[1], &["save", "--name", "multi"]);
+    assert!(ok, "save on server 2: {text}");
+    let dir = group.members[1].dir.join("data/server/db/snapshots");
+    let file = std::fs::read_dir(&dir)
+        .expect("snapshot dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("multi-server-2-"))
+        .unwrap_or_else(|| panic!("no snapshot file in {}", dir.display()));
+    let listed_by = |i: usize| -> Vec<Value> {
+        let (ok, text) = etcd_snapshot(&group.members[i], &["ls", "-o", "json"]);
+        assert!(ok, "ls on {}: {text}", group.members[i].name);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("ls json: {e}: {text}"))
+    };
+    for i in [0, 2] {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let items = listed_by(i);
+            if let Some(item) = items.iter().find(|s| s["name"] == file.as_str()) {
+                assert_eq!(item["node"], "server-2", "{item}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} does not list {file}: {items:?}\n{}",
+                group.members[i].name,
+                group.logs()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    let (ok, text) = etcd_snapshot(&group.members[2], &["delete", &file]);
+    assert!(ok, "delete on server 3: {text}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while dir.join(&file).exists() || listed_by(0).iter().any(|s| s["name"] == file.as_str()) {
+        assert!(
+            Instant::now() < deadline,
+            "{file} still there after its delete:\n{}",
+            group.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (ok, text) = etcd_snapshot(&group.members[0], &["delete", &file]);
+    assert!(!ok && text.contains("not found"), "{text}");
+}

@@ -243,6 +243,7 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
         .map(|settings| snapshots::SnapshotManager::new(store.clone(), settings));
     if let Some(manager) = &snapshot_manager {
         tokio::spawn(manager.clone().run_schedule());
+        tokio::spawn(manager.clone().run_sync());
     }
     let kubelet_tls = config
         .kubelet_client

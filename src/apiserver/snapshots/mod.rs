@@ -34,6 +34,16 @@ use s3::{S3Client, S3Config};
 /// The URL prefix of the snapshot API.
 pub const API_PREFIX: &str = "/k3rs/v1/etcd-snapshots";
 
+/// Where each server publishes the records of its local snapshots, so that `ls` on any
+/// server shows every server's (k3s keeps ETCDSnapshotFile objects for the same reason):
+/// `<prefix><node>/<file>` → [`SnapshotRecord`] JSON, replicated through the datastore.
+const RECORDS_PREFIX: &str = "/k3rs/etcd-snapshots/";
+/// A request, made on any server, to delete another server's local snapshot; that
+/// server deletes the file and the request: `<prefix><node>/<file>`.
+const DELETIONS_PREFIX: &str = "/k3rs/etcd-snapshot-deletions/";
+/// How often a server publishes its local snapshots and serves deletion requests.
+const SYNC_PERIOD: Duration = Duration::from_secs(5);
+
 /// The environment variable that shortens a cron minute to N seconds (tests only), so a
 /// scheduled snapshot fires within seconds while still following the cron schedule.
 pub const TEST_MINUTE_SECONDS_ENV: &str = "K3RS_TEST_SNAPSHOT_MINUTE_SECONDS";
@@ -365,13 +375,22 @@ impl SnapshotManager {
         Ok(result)
     }
 
-    /// Every snapshot, local and (when configured) on S3, oldest first.
+    /// Every snapshot, oldest first: this server's local ones, the other servers' local
+    /// ones (as they published them), and (when configured) those on S3.
     pub async fn list(&self, options: &SnapshotOptions) -> Result<SnapshotResult, SnapshotError> {
         let dir = self.dir(options)?;
         let mut result = SnapshotResult {
             items: list_local(&dir)?,
             s3_errors: Vec::new(),
         };
+        match self.published_by_others().await {
+            Ok(items) => result
+                .items
+                .extend(items.into_iter().map(|(_, record)| record)),
+            Err(e) => result
+                .s3_errors
+                .push(format!("other servers' snapshots: {e}")),
+        }
         if let Some(client) = self.s3(options)? {
             match list_s3(&client).await {
                 Ok(items) => result.items.extend(items),
@@ -404,6 +423,10 @@ impl SnapshotManager {
                 .map_err(|e| SnapshotError::Failed(e.to_string()))?,
             None => Vec::new(),
         };
+        let others = self
+            .published_by_others()
+            .await
+            .map_err(SnapshotError::Failed)?;
         let mut result = SnapshotResult::default();
         let mut missing = Vec::new();
         for name in &request.names {
@@ -419,6 +442,14 @@ impl SnapshotManager {
                         Ok(()) => result.items.push(record.clone()),
                         Err(e) => result.s3_errors.push(e.to_string()),
                     }
+                    found = true;
+                }
+            }
+            if !found {
+                // Another server's local snapshot: that server deletes it.
+                for (node, record) in others.iter().filter(|(_, r)| &r.name == name) {
+                    self.request_deletion(node, &record.name).await?;
+                    result.items.push(record.clone());
                     found = true;
                 }
             }
@@ -466,6 +497,130 @@ impl SnapshotManager {
             }
         }
         Ok(result)
+    }
+
+    /// The local snapshots other servers published: (node, record).
+    async fn published_by_others(&self) -> Result<Vec<(String, SnapshotRecord)>, String> {
+        let own = format!("{RECORDS_PREFIX}{}/", self.settings.node_name);
+        let range = self
+            .store
+            .range(crate::store::RangeRequest {
+                prefix: RECORDS_PREFIX.as_bytes().to_vec(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        for kv in range.kvs {
+            let Ok(key) = std::str::from_utf8(&kv.key) else {
+                continue;
+            };
+            if key.starts_with(&own) {
+                continue;
+            }
+            let Some((node, _)) = key[RECORDS_PREFIX.len()..].split_once('/') else {
+                continue;
+            };
+            match serde_json::from_slice::<SnapshotRecord>(&kv.value) {
+                Ok(record) => out.push((node.to_string(), record)),
+                Err(e) => crate::skip::warn_once(
+                    &format!("snapshot-record/{key}"),
+                    || tracing::warn!(key, error = %e, "skipping an unreadable snapshot record"),
+                ),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn request_deletion(&self, node: &str, name: &str) -> Result<(), SnapshotError> {
+        check_file_name(name)?;
+        let key = format!("{DELETIONS_PREFIX}{node}/{name}");
+        match self.store.create(key.as_bytes(), Vec::new()).await {
+            Ok(_) | Err(crate::store::StoreError::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(SnapshotError::Failed(format!(
+                "asking {node} to delete {name}: {e}"
+            ))),
+        }
+    }
+
+    /// Publishes this server's local snapshots (adds what is new, drops what is gone)
+    /// and deletes those other servers asked to delete.
+    pub async fn sync(&self) -> Result<(), String> {
+        let node = &self.settings.node_name;
+        let dir = &self.settings.dir;
+        // Deletion requests first, so the records published below no longer show them.
+        let requests = self
+            .store
+            .range(crate::store::RangeRequest {
+                prefix: format!("{DELETIONS_PREFIX}{node}/").into_bytes(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        if !requests.kvs.is_empty() {
+            let _busy = self.busy.lock().await;
+            for kv in requests.kvs {
+                let key = String::from_utf8_lossy(&kv.key).into_owned();
+                let name = key.rsplit('/').next().unwrap_or_default();
+                if check_file_name(name).is_ok() && dir.join(name).exists() {
+                    match remove_local(dir, name) {
+                        Ok(()) => tracing::info!(
+                            snapshot = name,
+                            "deleted a local snapshot at another server's request"
+                        ),
+                        Err(e) => {
+                            tracing::warn!(snapshot = name, error = %e, "cannot delete a local snapshot another server asked to delete")
+                        }
+                    }
+                }
+                let _ = self.store.delete(&kv.key, Some(kv.mod_revision)).await;
+            }
+        }
+        let local = if dir.exists() {
+            list_local(dir).map_err(|e| e.to_string())?
+        } else {
+            Vec::new()
+        };
+        let own = format!("{RECORDS_PREFIX}{node}/");
+        let published = self
+            .store
+            .range(crate::store::RangeRequest {
+                prefix: own.as_bytes().to_vec(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        for record in &local {
+            let key = format!("{own}{}", record.name);
+            let value = serde_json::to_vec(record).map_err(|e| e.to_string())?;
+            let written = match published.kvs.iter().find(|kv| kv.key == key.as_bytes()) {
+                Some(kv) if kv.value == value => continue,
+                Some(kv) => self
+                    .store
+                    .update(key.as_bytes(), value, kv.mod_revision)
+                    .await
+                    .map(|_| ()),
+                None => self.store.create(key.as_bytes(), value).await.map(|_| ()),
+            };
+            written.map_err(|e| format!("publishing {}: {e}", record.name))?;
+        }
+        for kv in &published.kvs {
+            let name = &kv.key[own.len()..];
+            if !local.iter().any(|r| r.name.as_bytes() == name) {
+                let _ = self.store.delete(&kv.key, Some(kv.mod_revision)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs [`SnapshotManager::sync`] every few seconds until the task is dropped.
+    pub async fn run_sync(self: Arc<Self>) {
+        loop {
+            if let Err(e) = self.sync().await {
+                tracing::debug!(error = %e, "publishing this server's snapshots (retrying)");
+            }
+            tokio::time::sleep(SYNC_PERIOD).await;
+        }
     }
 
     /// Runs scheduled snapshots until the task is dropped.
