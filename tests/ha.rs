@@ -1943,3 +1943,97 @@ fn every_server_lists_every_servers_snapshots_and_deletes_them() {
     let (ok, text) = etcd_snapshot(&group.members[0], &["delete", &file]);
     assert!(!ok && text.contains("not found"), "{text}");
 }
+
+/// k3s's restore procedure, made safe (issue 24): a snapshot saved on server 2 is restored
+/// on server 1 with `--cluster-reset --cluster-reset-restore-path`; server 2 started again
+/// with its old data is refused (a restored cluster has a new cluster id) until its
+/// `server/db` is removed; then servers 2 and 3 join, and the objects are the snapshot's.
+#[test]
+fn a_restored_cluster_refuses_old_members_until_they_wipe_and_rejoin() {
+    let mut group = Group::start(47, 3);
+    let rt = runtime();
+    let clients = group.clients(&rt);
+    for i in 0..3 {
+        rt.block_on(create(&clients[0], &format!("before-{i}")))
+            .unwrap_or_else(|e| panic!("before-{i}: {e}"));
+    }
+    let (ok, text) = etcd_snapshot(&group.members[1], &["save", "--name", "restore-me"]);
+    assert!(ok, "save on server 2: {text}");
+    let dir = group.members[1].dir.join("data/server/db/snapshots");
+    let snapshot = std::fs::read_dir(&dir)
+        .expect("snapshot dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().contains("restore-me-server-2-"))
+        .expect("the saved snapshot");
+    let kept = group.members[0].dir.join("restore-me.db");
+    std::fs::copy(&snapshot, &kept).expect("copy the snapshot");
+    rt.block_on(create(&clients[0], "after-0"))
+        .unwrap_or_else(|e| panic!("after-0: {e}"));
+    for member in group.members.iter_mut() {
+        member.kill();
+    }
+    let first = &group.members[0];
+    let out = Command::new(support::k3rs_bin())
+        .arg("server")
+        .arg("--data-dir")
+        .arg(first.dir.join("data"))
+        .args([
+            "--bind-address",
+            &first.ip,
+            "--advertise-address",
+            &first.ip,
+        ])
+        .args(["--node-name", &first.name, "--token", TOKEN_SECRET])
+        .arg("--write-kubeconfig")
+        .arg(first.kubeconfig())
+        .arg("--disable-agent")
+        .arg("--cluster-reset")
+        .arg(format!("--cluster-reset-restore-path={}", kept.display()))
+        .env_remove("K3RS_TOKEN")
+        .output()
+        .expect("run k3rs");
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "restore: {text}");
+    group.restart(0);
+    // Server 2 with the old cluster's data: refused, with the way back.
+    std::fs::write(group.members[1].dir.join("server.log"), "").expect("clear log");
+    group.members[1].spawn();
+    let refused = group.members[1].try_wait_ready(Duration::from_secs(30));
+    assert!(
+        refused.is_err(),
+        "an old member joined the restored cluster"
+    );
+    let log = group.members[1].log();
+    assert!(
+        log.contains("restored from a snapshot") && log.contains("server/db"),
+        "the refusal says why and how to rejoin:\n{log}\n{}",
+        group.logs()
+    );
+    group.members[1].kill();
+    // Wiped, servers 2 and 3 join the restored cluster.
+    let token = std::fs::read_to_string(group.members[0].dir.join("data/server/token"))
+        .expect("token")
+        .trim()
+        .to_string();
+    let first_url = group.members[0].url();
+    for i in [1, 2] {
+        std::fs::remove_dir_all(group.members[i].dir.join("data/server/db")).expect("wipe db");
+        group.members[i].extra = vec![
+            "--server".into(),
+            first_url.clone(),
+            "--token".into(),
+            token.clone(),
+        ];
+        group.restart(i);
+    }
+    group.wait_voters(3, Duration::from_secs(60));
+    for i in 0..3 {
+        let client = rt.block_on(group.members[i].client());
+        let before = rt.block_on(config_maps(&client, "before-"));
+        let after = rt.block_on(config_maps(&client, "after-"));
+        assert_eq!(before.len(), 3, "{}: {before:?}", group.members[i].name);
+        assert!(after.is_empty(), "{}: {after:?}", group.members[i].name);
+    }
+}

@@ -152,6 +152,8 @@ impl std::fmt::Debug for ClusterConfig {
 pub struct JoinedMember {
     pub id: u64,
     pub peers: Vec<(u64, String)>,
+    /// The cluster's id, when the cluster has one.
+    pub cluster_id: Option<[u8; 16]>,
 }
 
 /// Shared state of every request.
@@ -357,6 +359,7 @@ async fn open_store(
     if let Some(joined) = &cluster.joined {
         store_config.node_id = joined.id;
         store_config.join = true;
+        store_config.cluster_id = joined.cluster_id;
     }
     let peer_tls = crate::store::peers::PeerTls::from_pem(
         &cluster.peer_ca_pem,
@@ -395,11 +398,16 @@ async fn open_store(
         .with_context(|| format!("binding the raft peer port {}", cluster.peer_listen))?;
     tracing::info!(address = %cluster.peer_listen, member = %format!("{:x}", store.member_id()), "raft peer port listening");
     let sink = crate::store::peers::store_sink(store.clone());
+    let own_cluster: crate::store::peers::ClusterIdSource = {
+        let store = store.clone();
+        Arc::new(move || store.cluster_id())
+    };
     let snapshot_dir = config.store_dir.clone();
     let peer_loop = peer_runtime.spawn(async move {
         match TcpListener::from_std(listener) {
             Ok(listener) => {
-                crate::store::peers::serve(listener, peer_tls, sink, snapshot_dir).await
+                crate::store::peers::serve(listener, peer_tls, sink, snapshot_dir, own_cluster)
+                    .await
             }
             Err(e) => tracing::error!(error = %e, "raft peer port: cannot serve"),
         }

@@ -73,6 +73,9 @@ pub struct MemberView {
 pub struct JoinResponse {
     pub member: MemberView,
     pub members: Vec<MemberView>,
+    /// The cluster's id (hex), which the new member takes.
+    #[serde(default, rename = "clusterID", skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
 }
 
 /// The member list.
@@ -274,6 +277,7 @@ async fn join(state: &Arc<AppState>, body: &[u8]) -> Response {
                 &JoinResponse {
                     member: view(&member, leader),
                     members,
+                    cluster_id: state.store.cluster_id().map(hex::encode),
                 },
             )
         }

@@ -215,5 +215,15 @@ fn joined(response: &JoinResponse) -> anyhow::Result<crate::apiserver::JoinedMem
         })
         .collect();
     tracing::info!(member = %response.member.id, name = %response.member.name, "added to the cluster as a learner");
-    Ok(crate::apiserver::JoinedMember { id, peers })
+    // A cluster id that does not parse is ignored: the leader's snapshot brings it.
+    let cluster_id = response
+        .cluster_id
+        .as_deref()
+        .and_then(|h| hex::decode(h).ok())
+        .and_then(|b| <[u8; 16]>::try_from(b.as_slice()).ok());
+    Ok(crate::apiserver::JoinedMember {
+        id,
+        peers,
+        cluster_id,
+    })
 }

@@ -74,7 +74,49 @@ CREATE TABLE IF NOT EXISTS removed_members (
     id   INTEGER PRIMARY KEY,
     name TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS cluster (
+    id         INTEGER PRIMARY KEY CHECK (id = 0),
+    cluster_id BLOB NOT NULL
+);
 ";
+
+/// The id of the cluster a store belongs to: random, made when a cluster is created
+/// (`--cluster-init`, a single server) and again when one is reset or restored from a
+/// snapshot; a joining server takes the cluster's. Members of different clusters refuse
+/// each other's raft traffic. Stores older than the id have none and refuse nobody.
+pub type ClusterId = [u8; 16];
+
+/// A new random cluster id.
+pub(crate) fn new_cluster_id() -> ClusterId {
+    let mut id = [0u8; 16];
+    if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut id).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        id = (nanos ^ u128::from(std::process::id())).to_le_bytes();
+    }
+    id
+}
+
+/// The store's cluster id, if it has one.
+pub(crate) fn load_cluster_id(conn: &Connection) -> rusqlite::Result<Option<ClusterId>> {
+    let blob: Option<Vec<u8>> = conn
+        .query_row("SELECT cluster_id FROM cluster WHERE id = 0", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    Ok(blob.and_then(|b| ClusterId::try_from(b.as_slice()).ok()))
+}
+
+/// Sets the store's cluster id.
+pub(crate) fn set_cluster_id(conn: &Connection, id: &ClusterId) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT OR REPLACE INTO cluster (id, cluster_id) VALUES (0, ?1)",
+        [id.as_slice()],
+    )?;
+    Ok(())
+}
 
 /// The raft id of the member every group starts with (the first server; a joining
 /// server never gets this id).
@@ -116,7 +158,12 @@ impl Database {
     /// Opens the store's database, creating it if absent. Refuses (without writing a
     /// byte) files that are not SQLite, belong to another program, come from a newer
     /// k3rs or are damaged.
-    pub fn open(path: &Path, node_id: u64, join: bool) -> Result<Database> {
+    pub fn open(
+        path: &Path,
+        node_id: u64,
+        join: bool,
+        cluster_id: Option<ClusterId>,
+    ) -> Result<Database> {
         check_file_header(path)?;
         let mut conn = open_connection(path, false)?;
         conn.busy_handler(Some(writer_waits_for_lock))
@@ -134,7 +181,8 @@ impl Database {
             .conn
             .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
             .map_err(|e| db.classify(e, "reading the schema"))?;
-        if app_id == 0 && format == 0 && tables == 0 {
+        let created = app_id == 0 && format == 0 && tables == 0;
+        if created {
             db.initialize(node_id, join)?;
         } else if app_id != APPLICATION_ID {
             return Err(StoreError::Incompatible {
@@ -157,6 +205,17 @@ impl Database {
         db.conn
             .execute_batch(MEMBERS_SCHEMA)
             .map_err(|e| db.classify(e, "creating the members table"))?;
+        // A new cluster gets a new id; a joining server takes the cluster's (or, if it
+        // was not given one, the leader's snapshot brings it).
+        let initial_id = if join {
+            cluster_id
+        } else {
+            Some(cluster_id.unwrap_or_else(new_cluster_id))
+        };
+        if created && let Some(id) = initial_id {
+            set_cluster_id(&db.conn, &id)
+                .map_err(|e| db.classify(e, "recording the cluster id"))?;
+        }
         // Fail now, with the path in the message, if the schema or state row is damaged.
         db.load_state()?;
         Ok(db)
@@ -959,6 +1018,18 @@ pub(crate) fn install_incoming_snapshot(
         tx.execute_batch(&format!(
             "DELETE FROM main.members; INSERT INTO main.members (id, name, peer_url)
              SELECT id, name, peer_url FROM {INCOMING}.members;"
+        ))?;
+    }
+    let has_cluster: i64 = tx.query_row(
+        &format!("SELECT count(*) FROM {INCOMING}.sqlite_master WHERE name = 'cluster'"),
+        [],
+        |r| r.get(0),
+    )?;
+    if has_cluster > 0 {
+        // A member that joined without the id learns it; one that has it keeps it.
+        tx.execute_batch(&format!(
+            "INSERT OR IGNORE INTO main.cluster (id, cluster_id)
+             SELECT id, cluster_id FROM {INCOMING}.cluster;"
         ))?;
     }
     let has_removed: i64 = tx.query_row(

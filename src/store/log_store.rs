@@ -142,11 +142,17 @@ impl raft::Storage for LogStore {
         Ok(self.last())
     }
 
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
         // Building a snapshot needs the database, which only the driver touches: ask it
-        // to prepare one and report "not yet"; raft asks again later.
+        // to prepare one and report "not yet"; raft asks again later. A prepared one is
+        // reused only if the log still goes on from it (one older than the log's start
+        // leaves the receiver needing a snapshot again, and the leader would send the same
+        // one for ever) and its configuration has the receiver (one made before the
+        // receiver was added is refused by it, "not in the ConfState", for ever).
         if let Some(snapshot) = self.prepared_snapshot.borrow().as_ref()
             && snapshot.get_metadata().index >= request_index
+            && snapshot.get_metadata().index >= self.start_index
+            && conf_has(snapshot.get_metadata().get_conf_state(), to)
         {
             return Ok(snapshot.clone());
         }
@@ -155,6 +161,16 @@ impl raft::Storage for LogStore {
             StorageError::SnapshotTemporarilyUnavailable,
         ))
     }
+}
+
+/// Whether `id` is a voter or learner of `conf` (either side of a joint configuration).
+fn conf_has(conf: &ConfState, id: u64) -> bool {
+    conf.voters
+        .iter()
+        .chain(&conf.learners)
+        .chain(&conf.voters_outgoing)
+        .chain(&conf.learners_next)
+        .any(|member| *member == id)
 }
 
 #[cfg(test)]
@@ -168,6 +184,33 @@ mod tests {
             term,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_prepared_snapshot_is_reused_only_for_members_of_its_configuration_and_its_log() {
+        let log = LogStore::new(HardState::default(), ConfState::default(), 0, 0, vec![]);
+        let mut snapshot = Snapshot::default();
+        snapshot.mut_metadata().index = 86;
+        snapshot.mut_metadata().mut_conf_state().voters = vec![1];
+        snapshot.mut_metadata().mut_conf_state().learners = vec![2];
+        *log.prepared_snapshot.borrow_mut() = Some(snapshot);
+        assert_eq!(
+            log.snapshot(80, 2)
+                .expect("learner 2 is in it")
+                .get_metadata()
+                .index,
+            86
+        );
+        assert!(!log.snapshot_requested.get());
+        // Member 3 joined after it was made: a new one is asked for.
+        assert!(log.snapshot(80, 3).is_err());
+        assert!(log.snapshot_requested.get());
+        // The log was truncated past it: after it, 2 would need a snapshot again.
+        let mut log = log;
+        log.snapshot_requested.set(false);
+        log.start_index = 90;
+        assert!(log.snapshot(0, 2).is_err());
+        assert!(log.snapshot_requested.get());
     }
 
     #[test]

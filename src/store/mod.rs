@@ -46,6 +46,7 @@ use std::time::Duration;
 
 use tokio::sync::{Semaphore, oneshot};
 
+pub use db::ClusterId;
 pub use error::{Result, StoreError};
 pub use node::{RaftTiming, peer_address};
 pub use snapshot::{SnapshotInfo, inspect_snapshot, restore_snapshot};
@@ -164,6 +165,9 @@ pub struct StoreConfig {
     /// A fresh store starts as an empty member waiting for the leader of an existing group
     /// (a joining server) instead of a one-member group of its own.
     pub join: bool,
+    /// The cluster a joining server joins (from the join answer); a new store of a new
+    /// cluster makes its own.
+    pub cluster_id: Option<ClusterId>,
     /// Raft heartbeat interval and election timeout.
     pub timing: RaftTiming,
     /// How long a write or a linearizable read may wait for the raft group (a leader to
@@ -183,6 +187,7 @@ impl StoreConfig {
             raft_log_keep: 1000,
             checkpoint_interval: Duration::from_millis(100),
             join: false,
+            cluster_id: None,
             timing: RaftTiming::default(),
             request_timeout: Duration::from_secs(5),
         }
@@ -232,6 +237,8 @@ pub(crate) struct SharedState {
     /// Set when a committed entry is of a newer format than this build reads: the member
     /// stops applying (skipping it would make it diverge) until it is upgraded.
     pub incompatible: Mutex<Option<String>>,
+    /// The cluster this member belongs to (once known).
+    pub cluster_id: Mutex<Option<ClusterId>>,
     /// Woken when `removed` or `incompatible` is set.
     pub stopped_notify: tokio::sync::Notify,
 }
@@ -350,6 +357,11 @@ pub(crate) enum Input {
     HandOverLeadership {
         reply: oneshot::Sender<bool>,
     },
+    /// From the transport: member `told_by` belongs to another cluster (this member's
+    /// data is of a cluster that was reset or restored without it).
+    OtherCluster {
+        told_by: u64,
+    },
     /// From the transport: member `told_by` answered that this member was removed.
     RemovedFromGroup {
         told_by: u64,
@@ -421,7 +433,8 @@ impl Store {
         })?;
         let lock = lock_directory(&config.dir)?;
         let db_path = config.dir.join(DB_FILE_NAME);
-        let database = db::Database::open(&db_path, config.node_id, config.join)?;
+        let database =
+            db::Database::open(&db_path, config.node_id, config.join, config.cluster_id)?;
         let shared = Arc::new(SharedState::default());
         let hub = Arc::new(watch::WatchHub::new(config.watch_buffer_events));
         let readers = Arc::new(reader::ReaderPool::new(db_path.clone()));
@@ -597,6 +610,11 @@ impl Store {
             .lock()
             .ok()
             .and_then(|i| i.clone())
+    }
+
+    /// The id of the cluster this member belongs to, once known.
+    pub fn cluster_id(&self) -> Option<ClusterId> {
+        self.inner.shared.cluster_id.lock().ok().and_then(|id| *id)
     }
 
     /// Whether `id` names a member removed from the group.

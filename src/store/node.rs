@@ -349,6 +349,17 @@ impl Driver {
                 return;
             }
         };
+        match db::load_cluster_id(&self.db.conn) {
+            Ok(id) => {
+                *self
+                    .shared
+                    .cluster_id
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = id;
+                self.transport.set_cluster_id(id);
+            }
+            Err(e) => tracing::warn!(error = %e, "reading the cluster id"),
+        }
         match db::load_removed_members(&self.db.conn) {
             Ok(removed) => {
                 if removed.contains(&self.state.node_id) {
@@ -634,6 +645,21 @@ impl Driver {
                 if let Some(raw) = self.raw.as_mut() {
                     raw.report_snapshot(peer, raft::SnapshotStatus::Finish);
                 }
+            }
+            Input::OtherCluster { told_by } => {
+                let dir = self
+                    .db
+                    .path
+                    .parent()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default();
+                self.halt_incompatible(&format!(
+                    "it holds the data of a cluster that member {told_by:x} no longer belongs \
+                     to: the cluster was reset or restored from a snapshot without this server \
+                     (a restored cluster has a new cluster id). To rejoin: stop k3rs, delete \
+                     {dir}, and start it again with --server https://<a server>:6443 and the \
+                     cluster token"
+                ));
             }
             Input::RemovedFromGroup { told_by } => {
                 self.mark_removed(&format!("member {told_by:x} answered that it was removed"));

@@ -18,7 +18,9 @@
 //! the connection closed; a sender that reads the notice reports it to its driver, which
 //! stops the member (so a removed server cannot disrupt the group or serve stale reads).
 //!
-//! The wire: a connection starts with [`PREAMBLE`]; then frames of a 4-byte big-endian
+//! The wire: a connection starts with [`PREAMBLE`] and the sender's 16-byte cluster id
+//! (zeros while unknown; a receiver of another cluster answers [`OTHER_CLUSTER_NOTICE`]);
+//! then frames of a 4-byte big-endian
 //! length and that many bytes of an encoded `eraftpb::Message`, at most
 //! [`MAX_FRAME_BYTES`] each. A connection that starts with
 //! [`snapshot_transfer::SNAPSHOT_PREAMBLE`] carries one snapshot stream instead.
@@ -38,17 +40,24 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
-use super::Store;
 use super::peer_wire;
 use super::snapshot_transfer::{self, SnapshotFile};
 use super::transport::{PeerFeedback, Transport};
+use super::{ClusterId, Store};
 
 /// The first bytes of every peer connection: protocol and version.
-pub const PREAMBLE: &[u8; 8] = b"K3RSRFT1";
+pub const PREAMBLE: &[u8; 8] = b"K3RSRFT2";
 /// The only bytes a receiver ever writes back on a message connection: "you were removed
 /// from the group" (etcd answers a removed member's messages the same way). The sender
 /// then stops its member for good.
 pub const REMOVED_NOTICE: &[u8; 8] = b"K3RSGONE";
+/// The answer to a sender of another cluster (its cluster id, sent after the preamble,
+/// differs from the receiver's): its data belongs to a cluster that was reset or
+/// restored without it. The sender then stops its member.
+pub const OTHER_CLUSTER_NOTICE: &[u8; 8] = b"K3RSCLID";
+
+/// The receiver's own cluster id, asked per connection.
+pub type ClusterIdSource = Arc<dyn Fn() -> Option<ClusterId> + Send + Sync>;
 /// The largest frame accepted: a batch of entries is at most 1 MiB (raft's
 /// `max_size_per_msg`) unless one entry is larger, and an entry is at most a request body.
 /// Snapshots stream in chunks on their own connections.
@@ -130,6 +139,8 @@ pub struct PeerNetwork {
     feedback: Option<PeerFeedback>,
     /// Where the store keeps outgoing snapshot files (its directory).
     snapshot_dir: Option<std::path::PathBuf>,
+    /// This member's cluster id, sent on every message connection.
+    cluster_id: Arc<std::sync::Mutex<Option<ClusterId>>>,
 }
 
 struct PeerQueue {
@@ -147,6 +158,7 @@ impl PeerNetwork {
             queues: HashMap::new(),
             feedback: None,
             snapshot_dir: None,
+            cluster_id: Arc::default(),
         }
     }
 
@@ -181,6 +193,7 @@ impl PeerNetwork {
                     address,
                     source: self.source,
                     connector: self.connector.clone(),
+                    cluster_id: self.cluster_id.clone(),
                 }),
                 feedback,
                 snapshot_dir: self.snapshot_dir.clone(),
@@ -195,6 +208,12 @@ impl PeerNetwork {
 impl Transport for PeerNetwork {
     fn attach(&mut self, feedback: PeerFeedback) {
         self.feedback = Some(feedback);
+    }
+
+    fn set_cluster_id(&mut self, id: Option<ClusterId>) {
+        if let Ok(mut current) = self.cluster_id.lock() {
+            *current = id;
+        }
     }
 
     fn set_peers(&mut self, peers: &[(u64, SocketAddr)]) {
@@ -241,6 +260,7 @@ struct Dialer {
     address: SocketAddr,
     source: Option<std::net::IpAddr>,
     connector: tokio_rustls::TlsConnector,
+    cluster_id: Arc<std::sync::Mutex<Option<ClusterId>>>,
 }
 
 type PeerStream = tokio_rustls::client::TlsStream<TcpStream>;
@@ -257,8 +277,12 @@ impl Connection {
         let (mut reader, writer) = tokio::io::split(stream);
         let notice_reader = tokio::spawn(async move {
             let mut notice = [0u8; 8];
-            if reader.read_exact(&mut notice).await.is_ok() && &notice == REMOVED_NOTICE {
-                feedback.removed_from_group(peer);
+            if reader.read_exact(&mut notice).await.is_ok() {
+                if &notice == REMOVED_NOTICE {
+                    feedback.removed_from_group(peer);
+                } else if &notice == OTHER_CLUSTER_NOTICE {
+                    feedback.other_cluster(peer);
+                }
             }
         });
         Connection {
@@ -294,7 +318,7 @@ impl PeerWorker {
             if connection.is_none() {
                 let backing_off = last_failure.is_some_and(|t| t.elapsed() < RECONNECT_BACKOFF);
                 if !backing_off {
-                    match self.dialer.connect(PREAMBLE).await {
+                    match self.dialer.connect_for_messages().await {
                         Ok(stream) => {
                             if reported_down {
                                 tracing::info!(peer = self.peer, address = %self.dialer.address, "raft peer reachable again");
@@ -408,6 +432,20 @@ impl PeerWorker {
 }
 
 impl Dialer {
+    /// A message connection: the preamble, then this member's cluster id (zeros while
+    /// it does not know it yet).
+    async fn connect_for_messages(&self) -> std::io::Result<PeerStream> {
+        let mut stream = self.connect(PREAMBLE).await?;
+        let id = self
+            .cluster_id
+            .lock()
+            .ok()
+            .and_then(|id| *id)
+            .unwrap_or_default();
+        stream.write_all(&id).await?;
+        Ok(stream)
+    }
+
     /// A TLS connection to the peer that has sent `preamble`.
     async fn connect(&self, preamble: &[u8; 8]) -> std::io::Result<PeerStream> {
         let socket = if self.address.is_ipv4() {
@@ -495,6 +533,7 @@ pub async fn serve(
     tls: PeerTls,
     sink: MessageSink,
     snapshot_dir: std::path::PathBuf,
+    own_cluster: ClusterIdSource,
 ) {
     let snapshot_dir = Arc::new(snapshot_dir);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.server.clone());
@@ -508,8 +547,9 @@ pub async fn serve(
             }
         };
         let (acceptor, sink, dir) = (acceptor.clone(), sink.clone(), snapshot_dir.clone());
+        let own_cluster = own_cluster.clone();
         tokio::spawn(async move {
-            if let Err(e) = receive(tcp, acceptor, sink, &dir).await {
+            if let Err(e) = receive(tcp, acceptor, sink, &dir, own_cluster).await {
                 tracing::debug!(%remote, error = %e, "raft peer connection closed");
             }
         });
@@ -522,6 +562,7 @@ async fn receive(
     acceptor: tokio_rustls::TlsAcceptor,
     sink: MessageSink,
     snapshot_dir: &std::path::Path,
+    own_cluster: ClusterIdSource,
 ) -> Result<(), ReceiveError> {
     let _ = tcp.set_nodelay(true);
     let mut stream = tokio::time::timeout(CONNECT_TIMEOUT * 5, acceptor.accept(tcp))
@@ -556,6 +597,25 @@ async fn receive(
             ));
         }
         return Err(ReceiveError::Protocol("not a k3rs raft peer (preamble)"));
+    }
+    let mut theirs: ClusterId = [0; 16];
+    tokio::time::timeout(CONNECT_TIMEOUT * 5, stream.read_exact(&mut theirs))
+        .await
+        .map_err(|_| ReceiveError::Protocol("no cluster id"))??;
+    if let Some(ours) = own_cluster()
+        && theirs != [0; 16]
+        && theirs != ours
+    {
+        tracing::warn!(
+            theirs = %hex::encode(theirs),
+            ours = %hex::encode(ours),
+            "a raft peer holds the data of another cluster (this cluster was reset or restored \
+             without it); telling it so"
+        );
+        stream.write_all(OTHER_CLUSTER_NOTICE).await?;
+        stream.flush().await?;
+        let _ = stream.shutdown().await;
+        return Ok(());
     }
     let mut buffer = Vec::new();
     loop {
@@ -646,8 +706,12 @@ mod tests {
             }
         });
         let dir = std::env::temp_dir();
-        let server = tokio::spawn(serve(listener, tls_of(ca, "b"), sink, dir));
+        let server = tokio::spawn(serve(listener, tls_of(ca, "b"), sink, dir, no_cluster()));
         (address, delivered, server)
+    }
+
+    fn no_cluster() -> ClusterIdSource {
+        Arc::new(|| None)
     }
 
     /// Feedback inputs a test can read.
@@ -700,6 +764,7 @@ mod tests {
             tls_of(&ca, "b"),
             sink,
             std::env::temp_dir(),
+            no_cluster(),
         ));
         let mut network = PeerNetwork::new(tokio::runtime::Handle::current(), &tls_of(&ca, "a"));
         let (fb, reports) = feedback();
@@ -740,6 +805,7 @@ mod tests {
             tls_of(&ca, "b"),
             sink,
             receiver_dir.path().to_path_buf(),
+            no_cluster(),
         ));
 
         // A 5 MiB "database": twenty chunks, more than one frame could be without chunks.
@@ -855,9 +921,15 @@ mod tests {
             // Wrong preamble.
             b"HTTP/1.1".to_vec(),
             // A frame claiming 4 GiB.
-            [&PREAMBLE[..], &[0xff, 0xff, 0xff, 0xff]].concat(),
+            [&PREAMBLE[..], &[0; 16], &[0xff, 0xff, 0xff, 0xff]].concat(),
             // A frame holding nested protobuf groups.
-            [&PREAMBLE[..], &[0, 0, 0, 4], &[0x9b, 0x06, 0x9b, 0x06]].concat(),
+            [
+                &PREAMBLE[..],
+                &[0; 16],
+                &[0, 0, 0, 4],
+                &[0x9b, 0x06, 0x9b, 0x06],
+            ]
+            .concat(),
         ] {
             let tcp = TcpStream::connect(address).await.expect("connect");
             let name = ServerName::IpAddress(address.ip().into());

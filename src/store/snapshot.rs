@@ -194,6 +194,19 @@ pub fn restore_snapshot(snapshot: &Path, dir: &Path, node_id: u64) -> Result<Sna
                 })
                 .map_err(|e| classify(&tmp, e, "restoring"))?;
         }
+        // A reset or restored cluster is a new cluster: servers still holding the old
+        // one's data are refused by it (they must wipe and join again).
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS cluster (
+                 id INTEGER PRIMARY KEY CHECK (id = 0), cluster_id BLOB NOT NULL);",
+        )
+        .and_then(|()| {
+            tx.execute(
+                "INSERT OR REPLACE INTO cluster (id, cluster_id) VALUES (0, ?1)",
+                [db::new_cluster_id().as_slice()],
+            )
+        })
+        .map_err(|e| classify(&tmp, e, "restoring"))?;
         tx.execute(
             "UPDATE state SET node_id = ?1 WHERE id = 0",
             [node_id as i64],

@@ -762,7 +762,7 @@ fn raft_snapshot_files_install_into_another_database() {
         }
     });
     let source_path = dir.path().join("src").join(DB_FILE_NAME);
-    let source = db::Database::open(&source_path, 1, false).unwrap();
+    let source = db::Database::open(&source_path, 1, false, None).unwrap();
     let first = source.prepare_outgoing_snapshot().unwrap();
     let outgoing = first.outgoing_path(source_path.parent().unwrap());
     assert_eq!(std::fs::metadata(&outgoing).unwrap().len(), first.size);
@@ -775,7 +775,7 @@ fn raft_snapshot_files_install_into_another_database() {
 
     let target_path = dir.path().join("dst").join(DB_FILE_NAME);
     std::fs::create_dir_all(target_path.parent().unwrap()).unwrap();
-    let target = db::Database::open(&target_path, 2, false).unwrap();
+    let target = db::Database::open(&target_path, 2, false, None).unwrap();
     let mut state = target.load_state().unwrap();
     // Before the transport delivered the file, installing fails and changes nothing.
     assert!(target.attach_incoming_snapshot(&snapshot).is_err());
@@ -808,7 +808,7 @@ fn raft_snapshot_files_install_into_another_database() {
 
     // Outgoing files do not outlive a restart.
     drop(source);
-    let source = db::Database::open(&source_path, 1, false).unwrap();
+    let source = db::Database::open(&source_path, 1, false, None).unwrap();
     assert!(
         !outgoing.exists(),
         "a restart removes outgoing snapshot files"

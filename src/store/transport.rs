@@ -22,6 +22,10 @@ pub trait Transport: Send {
     /// alone knows this member's id for sure, leaves it out), after every membership
     /// change and at start.
     fn set_peers(&mut self, _peers: &[(u64, SocketAddr)]) {}
+
+    /// The id of the cluster this member belongs to, once known (sent to peers, which
+    /// refuse members of another cluster).
+    fn set_cluster_id(&mut self, _id: Option<super::ClusterId>) {}
 }
 
 /// What a transport tells raft about delivery: raft-rs must hear that a peer is
@@ -45,6 +49,11 @@ impl PeerFeedback {
     /// A snapshot was written out to `peer` completely.
     pub fn snapshot_finished(&self, peer: u64) {
         let _ = self.inputs.send(Input::SnapshotSent { peer });
+    }
+
+    /// `peer` answered that it belongs to another cluster than this member.
+    pub fn other_cluster(&self, peer: u64) {
+        let _ = self.inputs.send(Input::OtherCluster { told_by: peer });
     }
 
     /// `peer` answered that this member was removed from the group.
