@@ -1009,35 +1009,29 @@ pub(crate) fn install_incoming_snapshot(
     tx.execute_batch(&format!(
         "DELETE FROM main.kv; INSERT INTO main.kv SELECT * FROM {INCOMING}.kv; DELETE FROM main.raft_log;"
     ))?;
-    let has_members: i64 = tx.query_row(
-        &format!("SELECT count(*) FROM {INCOMING}.sqlite_master WHERE name = 'members'"),
-        [],
-        |r| r.get(0),
-    )?;
-    if has_members > 0 {
+    // Tables a snapshot of an older store may lack: copied only when present.
+    let has_table = |name: &str| -> rusqlite::Result<bool> {
+        tx.query_row(
+            &format!("SELECT count(*) FROM {INCOMING}.sqlite_master WHERE name = ?1"),
+            [name],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n > 0)
+    };
+    if has_table("members")? {
         tx.execute_batch(&format!(
             "DELETE FROM main.members; INSERT INTO main.members (id, name, peer_url)
              SELECT id, name, peer_url FROM {INCOMING}.members;"
         ))?;
     }
-    let has_cluster: i64 = tx.query_row(
-        &format!("SELECT count(*) FROM {INCOMING}.sqlite_master WHERE name = 'cluster'"),
-        [],
-        |r| r.get(0),
-    )?;
-    if has_cluster > 0 {
+    if has_table("cluster")? {
         // A member that joined without the id learns it; one that has it keeps it.
         tx.execute_batch(&format!(
             "INSERT OR IGNORE INTO main.cluster (id, cluster_id)
              SELECT id, cluster_id FROM {INCOMING}.cluster;"
         ))?;
     }
-    let has_removed: i64 = tx.query_row(
-        &format!("SELECT count(*) FROM {INCOMING}.sqlite_master WHERE name = 'removed_members'"),
-        [],
-        |r| r.get(0),
-    )?;
-    if has_removed > 0 {
+    if has_table("removed_members")? {
         tx.execute_batch(&format!(
             "INSERT OR IGNORE INTO main.removed_members (id, name)
              SELECT id, name FROM {INCOMING}.removed_members;"
