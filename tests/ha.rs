@@ -1450,7 +1450,7 @@ fn one_controller_manager_and_scheduler_lead_and_another_takes_over() {
             .unwrap_or_else(|| panic!("{holder} is none of the servers"))
     };
     let leader = index_of(&controller_holder);
-    let _ = index_of(&scheduler_holder);
+    let scheduler_on_killed = index_of(&scheduler_holder) == leader;
     for (i, member) in group.members.iter().enumerate() {
         let started = member
             .log()
@@ -1544,6 +1544,17 @@ fn one_controller_manager_and_scheduler_lead_and_another_takes_over() {
     rt.block_on(sets.replace("web", &PostParams::default(), &scaled))
         .expect("scale the replicaset");
     wait_bound(&group, &survivor_client, 4, Duration::from_secs(40));
+    // The bound: new pods scheduled within 20 s of the holder's death.
+    let bound_after = killed.elapsed();
+    eprintln!(
+        "FIGURE ha new_pods_bound_after_holder_kill_ms={} (scheduler lease on the killed server: {})",
+        bound_after.as_millis(),
+        scheduler_on_killed
+    );
+    assert!(
+        bound_after < Duration::from_secs(20),
+        "the new pods were bound {bound_after:?} after the kill"
+    );
     // Hold on a little: no late duplicate from a second controller.
     std::thread::sleep(Duration::from_secs(2));
     let pods = rt.block_on(pods_of(&survivor_client, "web"));
