@@ -69,6 +69,16 @@ pub fn server_identity(node_name: &str) -> String {
     format!("{node_name}_k3rs")
 }
 
+/// How long ago (by this machine's clock) `renewed` was; zero if it is in the future.
+fn renewal_age(renewed: &MicroTime, now: std::time::SystemTime) -> Duration {
+    let nanos = renewed.0.as_nanosecond();
+    let Ok(nanos) = u64::try_from(nanos) else {
+        return Duration::ZERO;
+    };
+    let renewed = std::time::UNIX_EPOCH + Duration::from_nanos(nanos);
+    now.duration_since(renewed).unwrap_or_default()
+}
+
 fn now() -> MicroTime {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -257,8 +267,20 @@ async fn try_acquire_or_renew(
     let spec = lease.spec.clone().unwrap_or_default();
     let record = (spec.holder_identity.clone(), spec.renew_time.clone());
     if observed.record.as_ref() != Some(&record) {
+        // Seen now, but renewed up to a retry period earlier (this server reads every
+        // 2 s): count from the renewal as the record's renewTime dates it, trusting that
+        // clock only back to one retry period (a holder whose clock is behind cannot
+        // make us count more than 2 s early, well inside the 5 s between its renew
+        // deadline and the lease's end, so it has stepped down first).
+        let lag = spec
+            .renew_time
+            .as_ref()
+            .map(|t| renewal_age(t, std::time::SystemTime::now()))
+            .unwrap_or_default()
+            .min(cfg.retry_period);
         observed.record = Some(record);
-        observed.at = Instant::now();
+        let now = Instant::now();
+        observed.at = now.checked_sub(lag).unwrap_or(now);
     }
     let holder = spec.holder_identity.clone().unwrap_or_default();
     let ours = holder == cfg.identity;
@@ -312,6 +334,25 @@ mod tests {
             pause(&cfg, &seen(Duration::from_secs(20)), false, now),
             cfg.retry_period
         );
+        // A renewal's age comes from its timestamp; one from the future counts as now.
+        let wall = std::time::SystemTime::now();
+        let at = |secs_ago: i64| {
+            MicroTime(
+                k8s_openapi::jiff::Timestamp::from_second(
+                    wall.duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_secs() as i64
+                        - secs_ago,
+                )
+                .unwrap(),
+            )
+        };
+        let age = renewal_age(&at(1), wall);
+        assert!(
+            age >= Duration::from_secs(1) && age < Duration::from_secs(2),
+            "{age:?}"
+        );
+        assert_eq!(renewal_age(&at(-5), wall), Duration::ZERO);
         // The holder renews at its own pace.
         assert_eq!(
             pause(&cfg, &seen(Duration::from_millis(14_500)), true, now),
