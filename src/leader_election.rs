@@ -43,6 +43,15 @@ impl LeaderConfig {
             retry_period: Duration::from_secs(2),
         }
     }
+
+    /// [`LeaderConfig::kube_defaults`] with a server's stable identity
+    /// ([`server_identity`] of `node_name`).
+    pub fn for_server(name: &str, node_name: &str) -> LeaderConfig {
+        LeaderConfig {
+            identity: server_identity(node_name),
+            ..LeaderConfig::kube_defaults(name)
+        }
+    }
 }
 
 /// `<hostname>_<16 hex digits>`: unique per process, readable in `kubectl get lease`.

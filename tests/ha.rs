@@ -1155,19 +1155,10 @@ fn histories_with_a_killed_server_are_linearizable() {
 mod support_linearizability;
 
 fn kubectl_raw(member: &Member, verb: &str, path: &str) -> (bool, String) {
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(member.kubeconfig())
-        .args([verb, "--raw", path, "--request-timeout=20s"])
-        .output()
-        .expect("kubectl");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
+    kubectl(
+        member,
+        &[verb, "--raw", path, "--request-timeout=20s"],
+        None,
     )
 }
 
@@ -1662,7 +1653,11 @@ fn kubectl(member: &Member, args: &[&str], stdin: Option<&str>) -> (bool, String
     if let (Some(mut input), Some(text)) = (child.stdin.take(), stdin) {
         input.write_all(text.as_bytes()).expect("kubectl stdin");
     }
-    let out = child.wait_with_output().expect("kubectl");
+    outcome(&child.wait_with_output().expect("kubectl"))
+}
+
+/// Whether a command succeeded, and its stdout and stderr together.
+fn outcome(out: &std::process::Output) -> (bool, String) {
     (
         out.status.success(),
         format!(
@@ -1893,14 +1888,7 @@ fn etcd_snapshot(member: &Member, args: &[&str]) -> (bool, String) {
         .arg(member.dir.join("data"))
         .output()
         .expect("k3rs etcd-snapshot");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    outcome(&out)
 }
 
 /// Snapshots with several servers (issue 24): a snapshot saved on one server is listed,

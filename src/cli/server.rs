@@ -304,9 +304,10 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
             tracing::info!("ServiceLB disabled (--disable=servicelb)");
         }
         let controllers = config.controllers.clone();
-        let mut lease =
-            crate::leader_election::LeaderConfig::kube_defaults("kube-controller-manager");
-        lease.identity = crate::leader_election::server_identity(&config.node_name);
+        let lease = crate::leader_election::LeaderConfig::for_server(
+            "kube-controller-manager",
+            &config.node_name,
+        );
         let component = client.clone();
         // With several servers exactly one runs the controllers (k3s runs
         // kube-controller-manager with --leader-elect); the others stand by without caches.
@@ -353,8 +354,8 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
     if !config.disable_scheduler {
         let client = component_client(&prepared, &server, "client-scheduler", "kube-scheduler")
             .context("building the scheduler's client")?;
-        let mut lease = crate::leader_election::LeaderConfig::kube_defaults("kube-scheduler");
-        lease.identity = crate::leader_election::server_identity(&config.node_name);
+        let lease =
+            crate::leader_election::LeaderConfig::for_server("kube-scheduler", &config.node_name);
         let component = client.clone();
         tokio::spawn(crate::leader_election::run_while_leading(
             client,

@@ -695,11 +695,25 @@ mod tests {
         tokio::sync::mpsc::UnboundedReceiver<Message>,
         tokio::task::JoinHandle<()>,
     ) {
+        receiver_where(ca, |_| false).await
+    }
+
+    /// Like [`receiver`], with the senders `removed` says were removed from the group.
+    async fn receiver_where(
+        ca: &CertificateAuthority,
+        removed: fn(u64) -> bool,
+    ) -> (
+        SocketAddr,
+        tokio::sync::mpsc::UnboundedReceiver<Message>,
+        tokio::task::JoinHandle<()>,
+    ) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("addr");
         let (delivered_tx, delivered) = tokio::sync::mpsc::unbounded_channel();
-        let sink: MessageSink = Arc::new(move |m| {
-            if delivered_tx.send(m).is_ok() {
+        let sink: MessageSink = Arc::new(move |m: Message| {
+            if removed(m.from) {
+                Delivery::SenderRemoved
+            } else if delivered_tx.send(m).is_ok() {
                 Delivery::Stepped
             } else {
                 Delivery::ShutDown
@@ -747,25 +761,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_removed_sender_is_told_so_and_reports_it() {
         let ca = CertificateAuthority::generate("k3rs-peer-ca").expect("ca");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let address = listener.local_addr().expect("addr");
-        let (delivered_tx, mut delivered) = tokio::sync::mpsc::unbounded_channel();
         // Member 1 was removed from the receiver's group.
-        let sink: MessageSink = Arc::new(move |m: Message| {
-            if m.from == 1 {
-                Delivery::SenderRemoved
-            } else {
-                let _ = delivered_tx.send(m);
-                Delivery::Stepped
-            }
-        });
-        let server = tokio::spawn(serve(
-            listener,
-            tls_of(&ca, "b"),
-            sink,
-            std::env::temp_dir(),
-            no_cluster(),
-        ));
+        let (address, mut delivered, server) = receiver_where(&ca, |from| from == 1).await;
         let mut network = PeerNetwork::new(tokio::runtime::Handle::current(), &tls_of(&ca, "a"));
         let (fb, reports) = feedback();
         network.attach(fb);
