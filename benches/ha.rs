@@ -93,21 +93,30 @@ async fn run(settings: &Settings) -> Result<()> {
         .prefix("k3rs-ha-bench-")
         .tempdir()
         .context("temporary directory")?;
+    // K3RS_BENCH_KEEP=1 keeps the servers' logs and data for a look afterwards.
+    let (_removed_at_end, root) = if std::env::var_os("K3RS_BENCH_KEEP").is_some() {
+        let kept = root.keep();
+        println!("keeping {}", kept.display());
+        (None, kept)
+    } else {
+        let path = root.path().to_path_buf();
+        (Some(root), path)
+    };
 
     // etcd first (it is quick to start), then k3rs; each runs alone while measured.
-    let mut etcd = EtcdCluster::start(&root.path().join("etcd")).await?;
+    let mut etcd = EtcdCluster::start(&root.join("etcd")).await?;
     let etcd_rate = etcd_load(&etcd, settings.measure, None).await?;
     println!("etcd:  {:.0} writes/s", etcd_rate.rate);
     let etcd_failover = etcd_failover(&mut etcd).await?;
     println!("etcd:  failover {etcd_failover:?}");
     drop(etcd);
 
-    let mut group = K3rsGroup::start(&root.path().join("k3rs"), 3).await?;
+    let mut group = K3rsGroup::start(&root.join("k3rs"), 3).await?;
     let k3rs_rate = k3rs_load(&group, settings.measure, None).await?;
     println!("k3rs:  {:.0} writes/s", k3rs_rate.rate);
     let failover = k3rs_failover(&mut group).await?;
     println!("k3rs:  failover {failover:?}");
-    let agent_failover = agent_failover(&mut group, &root.path().join("agent")).await?;
+    let agent_failover = agent_failover(&mut group, &root.join("agent")).await?;
     println!("k3rs:  agent failover through its load balancer {agent_failover:?}");
     let takeover = controller_takeover(&mut group).await?;
     println!("k3rs:  controller-manager takeover {takeover:?}");
@@ -706,10 +715,35 @@ async fn controller_takeover(group: &mut K3rsGroup) -> Result<Duration> {
     }))?;
     let killed_at = Instant::now();
     group.members[index].kill();
+    // When the lease moves, to tell the lease wait from the new leader's start-up.
+    let lease_moved = {
+        let leases = Api::<Lease>::namespaced(client.clone(), "kube-system");
+        let holder = holder.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Ok(lease) = leases.get("kube-controller-manager").await
+                    && let Some(now) = lease.spec.and_then(|s| s.holder_identity)
+                    && now != holder
+                {
+                    return Some((killed_at.elapsed(), now));
+                }
+                if killed_at.elapsed() > Duration::from_secs(90) {
+                    return None;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
     let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
     loop {
         match replica_sets.create(&PostParams::default(), &rs).await {
-            Ok(_) => break,
+            Ok(_) => {
+                println!(
+                    "k3rs:  takeover: ReplicaSet created {:?} after the kill",
+                    killed_at.elapsed()
+                );
+                break;
+            }
             // The killed server may have led the raft group too: writes wait for a leader.
             Err(_) if killed_at.elapsed() < Duration::from_secs(30) => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -730,6 +764,9 @@ async fn controller_takeover(group: &mut K3rsGroup) -> Result<Duration> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    if let Ok(Some((after, holder))) = lease_moved.await {
+        println!("k3rs:  takeover: lease taken by {holder} {after:?} after the kill");
+    }
     let _ = replica_sets.delete("takeover", &Default::default()).await;
     group.restart(index).await?;
     Ok(took)

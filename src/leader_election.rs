@@ -296,6 +296,7 @@ async fn try_acquire_or_renew(
     let their_duration =
         Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64);
     if !ours && !holder.is_empty() && observed.at.elapsed() < their_duration {
+        tracing::debug!(lease = %cfg.name, %holder, held_for = ?observed.at.elapsed(), "the lease is held");
         return Ok(false);
     }
     let mut new_spec = spec.clone();

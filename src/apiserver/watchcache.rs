@@ -1,5 +1,6 @@
 //! The watch cache: every object under `/registry/` in memory, kept current by one
-//! store watch, with a bounded history of recent events. Lists and watches are served
+//! store watch (of every key, so its revision keeps up with the store's even when only
+//! k3rs's own keys change), with a bounded history of recent events. Lists and watches are served
 //! from here; the store is hit for writes and for filling the cache.
 //!
 //! Objects are kept as their JSON bytes with `metadata.resourceVersion` filled in, so
@@ -30,6 +31,12 @@ const HISTORY_EVENTS: usize = 20_000;
 /// watchers resume from their last bookmark within milliseconds) stay well inside it,
 /// while 16 MiB was 1.6 KB of the server's RSS per pod after 10,000 pods were created.
 const HISTORY_BYTES: usize = 8 << 20;
+/// What the cache follows: every key, not only `/registry/`. A write elsewhere (a
+/// server's master lease under `/k3rs/`, a snapshot record) moves the store's revision
+/// too; were it unseen here, a consistent read would wait for a revision the cache only
+/// reaches with the next `/registry/` write — up to its 3 s bound on a quiet cluster.
+const FOLLOWED_PREFIX: &[u8] = b"";
+
 /// Key prefixes the cache does not hold; see the module comment.
 const UNCACHED_PREFIXES: [&str; 1] = ["/registry/events/"];
 
@@ -488,7 +495,7 @@ impl WatchCache {
     pub async fn start(store: Store) -> Result<Arc<WatchCache>, StoreError> {
         let cache = Arc::new(WatchCache::empty());
         let revision = cache.fill(&store).await?;
-        let stream = store.watch(b"/registry/", revision).await?;
+        let stream = store.watch(FOLLOWED_PREFIX, revision).await?;
         let follower = cache.clone();
         tokio::spawn(async move { follower.follow(store, stream).await });
         Ok(cache)
@@ -593,13 +600,14 @@ impl WatchCache {
 
     async fn refill(&self, store: &Store) -> Result<crate::store::WatchStream, StoreError> {
         let revision = self.fill(store).await?;
-        store.watch(b"/registry/", revision).await
+        store.watch(FOLLOWED_PREFIX, revision).await
     }
 
     fn apply(&self, event: &Event) {
         let key_text = String::from_utf8_lossy(event.key());
         let revision = event.revision();
-        if !is_cached(&key_text) {
+        // Only API objects are held; other keys just move the revision on.
+        if !key_text.starts_with("/registry/") || !is_cached(&key_text) {
             // Not held, but the cache is still current up to here.
             self.state
                 .write()
@@ -841,6 +849,38 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_write_outside_the_api_keys_does_not_hold_up_consistent_reads() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = crate::store::StoreConfig::new(dir.path());
+        let store = tokio::task::spawn_blocking(move || Store::open(config))
+            .await
+            .expect("join")
+            .expect("open the store");
+        let cache = WatchCache::start(store.clone()).await.expect("cache");
+        store
+            .create(b"/registry/configmaps/default/a", b"{}".to_vec())
+            .await
+            .expect("create an API object");
+        // A server's master lease, as master_endpoints writes it: not an API object.
+        store
+            .create(b"/k3rs/masterleases/127.0.0.1", b"{}".to_vec())
+            .await
+            .expect("create a k3rs key");
+        let current = store.read_barrier().await.expect("read barrier");
+        assert!(
+            cache.wait_for(current, Duration::from_secs(2)).await,
+            "the cache never reached revision {current} (it has {})",
+            cache.revision()
+        );
+        assert!(
+            cache.get("/k3rs/masterleases/127.0.0.1").is_none(),
+            "only API objects are held"
+        );
+        assert!(cache.get("/registry/configmaps/default/a").is_some());
+        let _ = tokio::task::spawn_blocking(move || store.close()).await;
     }
 
     /// The events a feed has ready, without waiting.
