@@ -1,7 +1,8 @@
 //! k3rs: a k3s-style Kubernetes distribution in one binary.
 //!
 //! One module per component of the design's map; see ARCHITECTURE.md for the
-//! boundaries. The rule that keeps this honest: only `apiserver` may use `store`.
+//! boundaries. The rule that keeps this honest: only `apiserver` may use `store`
+//! (`tests/architecture.rs` checks it and the other boundaries on the source text).
 
 pub mod agent;
 pub mod apiserver;

@@ -1,3 +1,6 @@
+//! Unit tests of the DNS view: the answers CoreDNS's `kubernetes` plugin gives for Services,
+//! endpoints, pods and ExternalNames, NXDOMAIN vs NODATA, and hostile objects skipped.
+
 use super::*;
 use crate::dns::wire::{RCODE_NXDOMAIN, TYPE_CNAME, TYPE_PTR, TYPE_SRV, query};
 use serde_json::json;

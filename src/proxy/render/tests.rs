@@ -1,3 +1,6 @@
+//! Unit tests of the nftables renderer: balancing, reject, affinity, traffic policies and
+//! masquerading; scripts are also validated by the kernel with `nft -c` (needs root).
+
 use super::*;
 use crate::proxy::model::{Endpoint, Protocol, ServicePort};
 

@@ -1,3 +1,6 @@
+//! Unit tests of the per-owner table cache: partial updates reach exactly what a full render
+//! gives, and one endpoint change touches only its Service (also against the kernel).
+
 use std::net::IpAddr;
 
 use super::*;
