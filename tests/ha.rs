@@ -1711,6 +1711,28 @@ fn deleting_a_server_node_removes_its_member_and_old_data_cannot_rejoin() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // A snapshot of the leaving server, listed by the others through its record.
+    let (ok, text) = etcd_snapshot(&group.members[leaving], &["save", "--name", "gone"]);
+    assert!(ok, "save on {leaving_name}: {text}");
+    let records_of_leaving = |group: &Group| -> usize {
+        let (ok, text) = etcd_snapshot(&group.members[other], &["ls", "-o", "json"]);
+        assert!(ok, "ls: {text}");
+        let items: Vec<Value> =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("ls json: {e}: {text}"));
+        items
+            .iter()
+            .filter(|s| s["node"] == leaving_name.as_str())
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while records_of_leaving(&group) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the others never listed {leaving_name}'s snapshot\n{}",
+            group.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let (ok, text) = kubectl(
         &group.members[other],
         &["delete", "node", &leaving_name, "--timeout=60s"],
@@ -1741,6 +1763,13 @@ fn deleting_a_server_node_removes_its_member_and_old_data_cannot_rejoin() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // Its snapshot records went with its member: nobody would ever refresh them.
+    assert_eq!(
+        records_of_leaving(&group),
+        0,
+        "{leaving_name}'s snapshot is still listed after its removal\n{}",
+        group.logs()
+    );
     let rt = runtime();
     let client = rt.block_on(group.members[other].client());
     rt.block_on(create(&client, "after-node-delete"))

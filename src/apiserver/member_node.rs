@@ -159,6 +159,22 @@ pub async fn remove_members_of_deleted_nodes(state: &AppState) -> anyhow::Result
             },
             Removal::DropFinalizer => {}
         }
+        // Its snapshot records would otherwise be listed for ever; the finalizer stays
+        // (and this is retried) until they are gone.
+        match super::snapshots::forget_node(&state.store, name).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(
+                    node = name,
+                    records = n,
+                    "dropped the snapshot records of a removed server"
+                )
+            }
+            Err(e) => {
+                tracing::warn!(node = name, error = %e, "cannot drop the snapshot records of a removed server yet");
+                continue;
+            }
+        }
         drop_finalizer(state, name).await?;
     }
     Ok(())

@@ -44,6 +44,34 @@ const DELETIONS_PREFIX: &str = "/k3rs/etcd-snapshot-deletions/";
 /// How often a server publishes its local snapshots and serves deletion requests.
 const SYNC_PERIOD: Duration = Duration::from_secs(5);
 
+/// Drops the snapshot records of `node` and the deletion requests addressed to it: called
+/// once its datastore member is removed (its Node deleted), since nobody would ever
+/// publish, refresh or serve them again. Its files stay where they are (on its disk, on
+/// S3, where `ls` still finds them), as k3s's records go with their Node.
+pub async fn forget_node(store: &Store, node: &str) -> Result<usize, crate::store::StoreError> {
+    let mut dropped = 0;
+    for prefix in [RECORDS_PREFIX, DELETIONS_PREFIX] {
+        let listed = store
+            .range(crate::store::RangeRequest {
+                prefix: format!("{prefix}{node}/").into_bytes(),
+                ..Default::default()
+            })
+            .await?;
+        for kv in listed.kvs {
+            match store.delete(&kv.key, Some(kv.mod_revision)).await {
+                Ok(_) => dropped += 1,
+                // Gone or rewritten meanwhile: skip it.
+                Err(
+                    crate::store::StoreError::NotFound { .. }
+                    | crate::store::StoreError::Conflict { .. },
+                ) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(dropped)
+}
+
 /// The environment variable that shortens a cron minute to N seconds (tests only), so a
 /// scheduled snapshot fires within seconds while still following the cron schedule.
 pub const TEST_MINUTE_SECONDS_ENV: &str = "K3RS_TEST_SNAPSHOT_MINUTE_SECONDS";
