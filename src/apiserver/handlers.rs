@@ -701,8 +701,8 @@ pub async fn watch(state: &Arc<AppState>, target: &Target, query: &Query, want: 
     }
     let timeout = match query.int("timeoutSeconds")? {
         Some(t) if t > 0 => Duration::from_secs(t as u64),
-        // kube-apiserver picks a random timeout between 30 and 60 minutes.
-        _ => Duration::from_secs(1800 + (objects::random_bytes::<2>()[0] as u64 * 7) % 1800),
+        // kube-apiserver draws one from [min-request-timeout, 2×min-request-timeout).
+        _ => super::limits::watch_timeout(state.config.limits.min_request_timeout),
     };
     let initial_state = send_initial.unwrap_or(rv.is_empty() || rv == "0");
     let keep = |key: &str, bytes: &[u8]| {

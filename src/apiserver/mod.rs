@@ -16,6 +16,7 @@ pub mod crd;
 pub mod discovery;
 pub mod events_view;
 pub mod handlers;
+pub mod limits;
 pub mod local_client;
 pub mod managed_fields;
 pub mod master_endpoints;
@@ -99,6 +100,8 @@ pub struct ApiServerConfig {
     pub raft_timing: RaftTiming,
     /// Replication with other servers; `None`: a one-member store with no peer port.
     pub cluster: Option<ClusterConfig>,
+    /// In-flight limits and request timeouts (`--kube-apiserver-arg`).
+    pub limits: limits::ServingLimits,
 }
 
 /// The store's raft clock, as `k3rs server --etcd-arg` sets it (the API server owns the
@@ -178,6 +181,8 @@ pub struct AppState {
     /// rather than every revision the store has committed: under load the latter costs
     /// each create a wait for other clients' writes to reach the cache.
     pub namespace_written: AtomicI64,
+    /// The in-flight budgets of network requests (`config.limits`).
+    pub inflight: limits::Inflight,
 }
 
 /// A running API server.
@@ -263,6 +268,7 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
         .context("loading the service-account signing key")?;
     let store_revision = store.current_revision();
     let state = Arc::new(AppState {
+        inflight: limits::Inflight::new(&config.limits),
         authz: authorizer,
         kubelet_tls,
         sa_tokens,
@@ -468,20 +474,138 @@ async fn serve_connection(
         .peer_certificates()
         .and_then(|certs| certs.first())
         .and_then(|cert| authn::from_certificate(cert));
+    let activity = Arc::new(ConnActivity::new());
+    let service_activity = activity.clone();
     let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
         let state = state.clone();
         let identity = identity.clone();
+        let active = ActiveRequest::start(service_activity.clone());
         async move {
             let req = req.map(RequestBody::Network);
-            Ok::<_, std::convert::Infallible>(dispatch(state, identity, req).await)
+            let response = dispatch(state, identity, req).await;
+            // The request stays active until its body is sent (a watch, for as long as it
+            // streams).
+            Ok::<_, std::convert::Infallible>(response.map(|body| {
+                axum::body::Body::new(TrackedBody {
+                    body,
+                    _active: active,
+                })
+            }))
         }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    if let Err(e) = builder
-        .serve_connection_with_upgrades(TokioIo::new(tls), service)
-        .await
-    {
-        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // Slowloris: a client gets limits::HEADER_READ_TIMEOUT to send a request's headers,
+    // which also ends an idle HTTP/1.1 keep-alive connection.
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits::HEADER_READ_TIMEOUT);
+    builder.http2().timer(hyper_util::rt::TokioTimer::new());
+    let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+    tokio::pin!(connection);
+    let mut closing = false;
+    loop {
+        let idle_at = activity.idle_deadline();
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                break;
+            }
+            _ = tokio::time::sleep_until(idle_at.into()), if !closing => {
+                if activity.idle_deadline() <= Instant::now() {
+                    tracing::debug!(%peer, "closing an idle connection");
+                    connection.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+            }
+        }
+    }
+}
+
+/// How many requests of a connection are in progress, and since when it has had none
+/// (for [`limits::IDLE_TIMEOUT`]).
+struct ConnActivity {
+    active: std::sync::atomic::AtomicUsize,
+    idle_since: std::sync::Mutex<Instant>,
+}
+
+impl ConnActivity {
+    fn new() -> Self {
+        ConnActivity {
+            active: std::sync::atomic::AtomicUsize::new(0),
+            idle_since: std::sync::Mutex::new(Instant::now()),
+        }
+    }
+
+    /// When the connection will have been idle for [`limits::IDLE_TIMEOUT`]; while a
+    /// request is in progress, a full timeout from now (checked again then).
+    fn idle_deadline(&self) -> Instant {
+        if self.active.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            return Instant::now() + limits::IDLE_TIMEOUT;
+        }
+        let since = *self
+            .idle_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        since + limits::IDLE_TIMEOUT
+    }
+}
+
+/// One request in progress on a connection, until its response body is dropped.
+struct ActiveRequest(Arc<ConnActivity>);
+
+impl ActiveRequest {
+    fn start(activity: Arc<ConnActivity>) -> Self {
+        activity
+            .active
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        ActiveRequest(activity)
+    }
+}
+
+impl Drop for ActiveRequest {
+    fn drop(&mut self) {
+        let mut since = self
+            .0
+            .idle_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self
+            .0
+            .active
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+        {
+            *since = Instant::now();
+        }
+    }
+}
+
+/// A response body that keeps its request counted as active while it is sent.
+struct TrackedBody {
+    body: axum::body::Body,
+    _active: ActiveRequest,
+}
+
+impl hyper::body::Body for TrackedBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -522,14 +646,19 @@ pub(crate) async fn dispatch(
         Ok(response) => response,
         Err(panic) => {
             tracing::error!(%method, path = uri.path(), %panic, "a request handler panicked");
-            status::ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "InternalError",
-                "This request caused apiserver to panic. Look in the logs for details.",
-            )
-            .into_response()
+            panicked()
         }
     }
+}
+
+/// kube-apiserver's answer to a request whose handler panicked.
+fn panicked() -> Response {
+    status::ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "InternalError",
+        "This request caused apiserver to panic. Look in the logs for details.",
+    )
+    .into_response()
 }
 
 async fn dispatch_unguarded(
@@ -616,6 +745,32 @@ async fn dispatch_unguarded(
         _ => String::new(),
     };
     let public = matches!(route, Route::Healthz(_) | Route::Version);
+    // kube's in-flight limits apply after authentication and before authorization, to
+    // network requests that are not long-running. The in-process components' requests
+    // are not counted: they are the server's own, which kube's priority and fairness keeps
+    // apart from user traffic too.
+    let long_running = limits::is_long_running(&parts.method, &route, &query);
+    let inflight_slot = if long_running || matches!(body, RequestBody::Local(_)) {
+        None
+    } else {
+        match state
+            .inflight
+            .admit(limits::is_mutating(&parts.method), &identity.groups)
+        {
+            limits::Admission::Serve(slot) => slot,
+            limits::Admission::Refuse => {
+                let response = limits::too_many_requests();
+                state.metrics.observe(
+                    verb,
+                    &resource,
+                    response.status().as_u16(),
+                    started.elapsed(),
+                );
+                tracing::debug!(user = %identity.user, verb, path = %parts.uri.path(), "too many requests in flight");
+                return response;
+            }
+        }
+    };
     if !identity.is_anonymous()
         && let Err(denied) = authorize(
             &state,
@@ -659,28 +814,69 @@ async fn dispatch_unguarded(
         tracing::debug!(user = %identity.user, verb, %path, code, "request");
         return response;
     }
+    let path = parts.uri.path().to_string();
     let response = if identity.is_anonymous() && !public {
         ApiError::unauthorized().into_response()
+    } else if long_running {
+        read_and_serve(state.clone(), identity.clone(), parts, route, query, body).await
     } else {
-        let body = match read_body(body, &parts.method).await {
-            Ok(b) => b,
-            Err(e) => return e.into_response(),
+        // kube's request timeout: past it the client gets a 504 and the handler goes on
+        // in the background (a write still completes), as kube-apiserver's does. Reading
+        // the body counts, so a slow upload is bounded too.
+        let deadline = limits::request_deadline(&state.config.limits, &query);
+        let work = read_and_serve(state.clone(), identity.clone(), parts, route, query, body);
+        // The slot is held until the handler is done, also past a timeout.
+        let work = async move {
+            let _slot = inflight_slot;
+            work.await
         };
-        let served = authz::escalation::REQUESTER.scope(
-            identity.clone(),
-            serve(&state, &identity, &parts, &route, &query, &body),
-        );
-        match served.await {
-            Ok(r) => r,
-            Err(e) => e.into_response(),
+        let mut task = tokio::spawn(crate::panics::catch("apiserver", work));
+        match tokio::time::timeout(deadline, &mut task).await {
+            Ok(Ok(Ok(response))) => response,
+            Ok(Ok(Err(panic))) => {
+                tracing::error!(%path, %panic, "a request handler panicked");
+                panicked()
+            }
+            Ok(Err(e)) => {
+                tracing::error!(%path, error = %e, "a request handler ended abnormally");
+                panicked()
+            }
+            Err(_) => {
+                tracing::debug!(%path, ?deadline, "request timed out");
+                limits::timed_out()
+            }
         }
     };
     let code = response.status().as_u16();
     state
         .metrics
         .observe(verb, &resource, code, started.elapsed());
-    tracing::debug!(user = %identity.user, verb, path = %parts.uri.path(), code, "request");
+    tracing::debug!(user = %identity.user, verb, %path, code, "request");
     response
+}
+
+/// Reads a request's body and serves it with the requester recorded for escalation
+/// checks.
+async fn read_and_serve(
+    state: Arc<AppState>,
+    identity: Identity,
+    parts: axum::http::request::Parts,
+    route: Route,
+    query: Query,
+    body: RequestBody,
+) -> Response {
+    let body = match read_body(body, &parts.method).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let served = authz::escalation::REQUESTER.scope(
+        identity.clone(),
+        serve(&state, &identity, &parts, &route, &query, &body),
+    );
+    match served.await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
 }
 
 /// kube-apiserver's answer to a body over [`MAX_BODY_BYTES`].

@@ -212,6 +212,12 @@ pub struct ServerArgs {
 
     /// (flags) Customized flag for the kube-controller-manager loops, as key=value
     /// (repeatable), e.g. node-monitor-grace-period=20s
+    /// (flags) Customized flag for the kube-apiserver, as key=value (repeatable):
+    /// max-requests-inflight, max-mutating-requests-inflight, request-timeout,
+    /// min-request-timeout; other kube-apiserver flags are ignored with a warning
+    #[arg(long, value_name = "KEY=VALUE", help_heading = "Flags")]
+    pub kube_apiserver_arg: Vec<String>,
+
     #[arg(long, value_name = "KEY=VALUE", help_heading = "Flags")]
     pub kube_controller_manager_arg: Vec<String>,
 

@@ -88,6 +88,10 @@ pub struct ServerConfig {
     /// The controller-manager's tunables: `--cluster-cidr` and
     /// `--kube-controller-manager-arg`.
     pub controllers: crate::controllers::Config,
+    /// The API server's limits: `--kube-apiserver-arg`.
+    pub apiserver_limits: crate::apiserver::limits::ServingLimits,
+    /// The `--kube-apiserver-arg` items k3rs does not implement (logged at start).
+    pub ignored_apiserver_args: Vec<String>,
     /// `--disable-agent`.
     pub disable_agent: bool,
     /// `--disable-controller-manager`.
@@ -233,6 +237,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("cluster-dns", Kind::One),
     ("cluster-domain", Kind::One),
     ("service-node-port-range", Kind::One),
+    ("kube-apiserver-arg", Kind::Args),
     ("kube-controller-manager-arg", Kind::Args),
     ("disable-agent", Kind::Bool),
     ("disable-controller-manager", Kind::Bool),
@@ -414,6 +419,15 @@ fn cli_layer(args: &ServerArgs, debug: Option<bool>) -> Layer {
             "etcd-arg",
             Setting {
                 raw: Raw::Many(args.etcd_arg.clone()),
+                origin: Origin::CommandLine,
+            },
+        );
+    }
+    if !args.kube_apiserver_arg.is_empty() {
+        layer.insert(
+            "kube-apiserver-arg",
+            Setting {
+                raw: Raw::Many(args.kube_apiserver_arg.clone()),
                 origin: Origin::CommandLine,
             },
         );
@@ -682,6 +696,10 @@ fn resolve(
     let kcm_args = s.many("kube-controller-manager-arg", |v| Ok(v.to_string()))?;
     let controllers = super::controller_manager::parse_args(&kcm_args, cluster_cidr)
         .map_err(|(arg, reason)| s.invalid("kube-controller-manager-arg", &arg, reason))?;
+    let apiserver_args = s.many("kube-apiserver-arg", |v| Ok(v.to_string()))?;
+    let (apiserver_limits, ignored_apiserver_args) =
+        super::apiserver_args::parse_args(&apiserver_args)
+            .map_err(|(arg, reason)| s.invalid("kube-apiserver-arg", &arg, reason))?;
     let cluster_init = s.flag("cluster-init");
     let join_url = s.one("server", parse_server_url)?;
     let etcd_args = s.many("etcd-arg", |v| Ok(v.to_string()))?;
@@ -743,6 +761,8 @@ fn resolve(
         cluster_domain,
         service_node_port_range,
         controllers,
+        apiserver_limits,
+        ignored_apiserver_args,
         disable_agent,
         disable_controller_manager,
         disable_scheduler,

@@ -7,6 +7,7 @@
 //! Certificate material and kubeconfig files belong to [`crate::pki`].
 
 pub mod agent;
+pub mod apiserver_args;
 pub mod args;
 pub mod check_config;
 pub mod cidr;

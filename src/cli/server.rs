@@ -279,7 +279,11 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         service_account_key_file: Some(config.data_dir.join("server/tls/service.key")),
         raft_timing: config.raft_timing,
         cluster: Some(cluster),
+        limits: config.apiserver_limits.clone(),
     };
+    for arg in &config.ignored_apiserver_args {
+        tracing::warn!("k3rs ignores kube-apiserver arg {arg:?}: not implemented");
+    }
     let server = crate::apiserver::start(apiserver_config)
         .await
         .context("starting the API server")?;
