@@ -244,3 +244,74 @@ async fn inflight_limit_answers_429_with_retry_after() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+fn crd(name: &str, group: &str, plural: &str, kind: &str, annotations: &str) -> String {
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {name}\n{annotations}spec:\n  group: {group}\n  scope: Namespaced\n  names:\n    plural: {plural}\n    kind: {kind}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        x-kubernetes-preserve-unknown-fields: true\n"
+    )
+}
+
+#[test]
+fn crds_cannot_shadow_built_in_resources() {
+    let server = Server::start_with(&["--disable-controller-manager"]);
+    let apply = |yaml: &str| {
+        server.kubectl_with(
+            std::path::Path::new("kubectl"),
+            &["apply", "-f", "-"],
+            Some(yaml),
+        )
+    };
+    // A group without a dot (every built-in group but the *.k8s.io ones) is refused.
+    let out = apply(&crd(
+        "deployments.apps",
+        "apps",
+        "deployments",
+        "Deployment",
+        "",
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(
+            "spec.group: Invalid value: \"apps\": should be a domain with at least one dot"
+        ),
+        "{stderr}"
+    );
+    // A protected group needs the API approval annotation.
+    let out = apply(&crd(
+        "ingresses.networking.k8s.io",
+        "networking.k8s.io",
+        "ingresses",
+        "Ingress",
+        "",
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("metadata.annotations[api-approved.kubernetes.io]: Required value: protected groups must have approval annotation \"api-approved.kubernetes.io\""),
+        "{stderr}"
+    );
+    // With it the CRD is accepted, but the built-in Ingress is still what is served.
+    let approved = "  annotations:\n    api-approved.kubernetes.io: https://github.com/kubernetes/enhancements/pull/1111\n";
+    let out = apply(&crd(
+        "ingresses.networking.k8s.io",
+        "networking.k8s.io",
+        "ingresses",
+        "Ingress",
+        approved,
+    ));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = apply(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: bad\nspec:\n  rules:\n  - host: \"not a host\"\n",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the built-in validation no longer ran"
+    );
+    assert!(stderr.contains("spec.rules[0].host"), "{stderr}");
+}

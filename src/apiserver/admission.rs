@@ -305,6 +305,7 @@ pub async fn on_create(
         super::sa_token::admit_pod(state, object).await?;
     }
     if info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions" {
+        super::crd::validate_group(object)?;
         super::crd::accept(object, &super::objects::now_rfc3339());
     }
     Ok(())
@@ -319,6 +320,7 @@ pub async fn on_update(
 ) -> Result<(), ApiError> {
     check_rbac_escalation(state, info, new)?;
     if info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions" {
+        super::crd::validate_group(new)?;
         let since = old
             .pointer("/status/conditions/0/lastTransitionTime")
             .and_then(Value::as_str)

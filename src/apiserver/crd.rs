@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::registry::ResourceInfo;
+use super::status::{ApiError, StatusCause};
 use super::table::PrinterColumn;
 
 /// What the server keeps per served custom resource version.
@@ -160,6 +161,69 @@ pub fn unregister(state: &AppState, crd: &Value) {
     let mut custom = state.custom.write().unwrap_or_else(|p| p.into_inner());
     custom.retain(|(g, _, p), _| !(g == group && p == plural));
     super::openapi::invalidate(group);
+}
+
+/// Whether kube protects an API group: `k8s.io`, `kubernetes.io` and their subdomains
+/// belong to the Kubernetes project, and a CRD in one needs the
+/// `api-approved.kubernetes.io` annotation.
+fn is_protected_group(group: &str) -> bool {
+    group == "k8s.io"
+        || group == "kubernetes.io"
+        || group.ends_with(".k8s.io")
+        || group.ends_with(".kubernetes.io")
+}
+
+/// The annotation a CRD in a protected group must carry (kube's API review policy).
+pub const API_APPROVED: &str = "api-approved.kubernetes.io";
+
+/// kube's checks of a CRD's group that keep custom resources out of the built-in API:
+/// the group is a domain with at least one dot (so never `""`, `apps`, `batch`, …), and a
+/// `*.k8s.io` or `*.kubernetes.io` group needs the `api-approved.kubernetes.io`
+/// annotation. 422 `Invalid` with kube's causes.
+pub fn validate_group(crd: &Value) -> Result<(), ApiError> {
+    let name = crd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let group = crd
+        .pointer("/spec/group")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let mut causes = Vec::new();
+    if !group.is_empty() && !group.contains('.') {
+        causes.push(StatusCause {
+            reason: Some("FieldValueInvalid".into()),
+            message: Some(format!(
+                "Invalid value: {}: should be a domain with at least one dot",
+                crate::names::go_quote(group)
+            )),
+            field: Some("spec.group".into()),
+        });
+    }
+    let approved = crd
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(API_APPROVED))
+        .and_then(Value::as_str)
+        .is_some_and(|v| !v.is_empty());
+    if is_protected_group(group) && !approved {
+        causes.push(StatusCause {
+            reason: Some("FieldValueRequired".into()),
+            message: Some(format!(
+                "Required value: protected groups must have approval annotation \"{API_APPROVED}\", \
+                 see https://github.com/kubernetes/enhancements/pull/1111"
+            )),
+            field: Some(format!("metadata.annotations[{API_APPROVED}]")),
+        });
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        "apiextensions.k8s.io",
+        "CustomResourceDefinition",
+        name,
+        causes,
+    ))
 }
 
 /// Sets the status a CRD has once accepted: names accepted, established, stored versions.

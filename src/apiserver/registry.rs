@@ -625,9 +625,17 @@ impl Registry {
     pub fn upsert_custom(&self, infos: Vec<ResourceInfo>) {
         let mut resources = self.resources.write().unwrap_or_else(|p| p.into_inner());
         for info in infos {
-            resources.retain(|r| {
-                !(r.group == info.group && r.version == info.version && r.plural == info.plural)
-            });
+            let same = |r: &Arc<ResourceInfo>| {
+                r.group == info.group && r.version == info.version && r.plural == info.plural
+            };
+            // A CRD never shadows a built-in resource: the built-in keeps being served, as
+            // kube-apiserver's handlers come before the CRD handler.
+            if resources.iter().any(|r| !r.custom && same(r)) {
+                tracing::warn!(group = %info.group, version = %info.version, resource = %info.plural,
+                    "a CustomResourceDefinition names a built-in resource; the built-in is served");
+                continue;
+            }
+            resources.retain(|r| !same(r));
             resources.push(Arc::new(info));
         }
     }
