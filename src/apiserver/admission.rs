@@ -1,7 +1,9 @@
 //! Admission and side effects of writes that belong to the API server itself:
 //! ClusterIP and NodePort allocation for Services, the ServiceAccount admission of Pods
 //! (`sa_token::admit_pod`), and registering the resources of CustomResourceDefinitions when
-//! they are written or deleted.
+//! they are written or deleted; and, after field validation as kube's validating admission
+//! runs, the PodSecurity admission (`pod_security`), reading namespaces and pods from the
+//! watch cache for it.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -389,6 +391,53 @@ pub async fn on_update(
         }
     }
     Ok(())
+}
+
+/// The validating admissions, run after field validation as kube-apiserver runs them:
+/// today the PodSecurity admission of pods, workload templates and namespaces. Returns the
+/// warnings for the client; `old` is set on updates.
+pub fn validate(
+    state: &AppState,
+    info: &ResourceInfo,
+    subresource: Option<&str>,
+    old: Option<&Value>,
+    object: &Value,
+) -> Result<Vec<String>, ApiError> {
+    if info.custom || !super::pod_security::applies_to(&info.group, &info.plural) {
+        return Ok(Vec::new());
+    }
+    let str_at = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or("");
+    let name = str_at("/metadata/name");
+    let namespace = if info.plural == "namespaces" {
+        name
+    } else {
+        str_at("/metadata/namespace")
+    };
+    let user = super::authz::escalation::REQUESTER
+        .try_with(|who| who.user.clone())
+        .unwrap_or_default();
+    let labels = state
+        .cache
+        .get(&format!("/registry/namespaces/{namespace}"))
+        .and_then(|ns| serde_json::from_slice::<Value>(&ns.bytes).ok())
+        .map(|ns| super::pod_security::labels_of(&ns));
+    let pods = |ns: &str| -> Vec<Value> {
+        let (pods, _) = state.cache.list(&format!("/registry/pods/{ns}/"), None);
+        pods.iter()
+            .filter_map(|p| serde_json::from_slice(&p.bytes).ok())
+            .collect()
+    };
+    let request = super::pod_security::Request {
+        group: &info.group,
+        plural: &info.plural,
+        subresource,
+        namespace,
+        name,
+        user: &user,
+        object,
+        old,
+    };
+    super::pod_security::admit(&state.config.pod_security, &request, labels.as_ref(), &pods)
 }
 
 /// Runs after an object was stored (CRDs change what the server serves).

@@ -1086,6 +1086,14 @@ pub async fn create_object(
     if !causes.is_empty() {
         return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
     }
+    let mut warnings = warnings;
+    warnings.extend(super::admission::validate(
+        state,
+        info,
+        target.subresource.as_deref(),
+        None,
+        &object,
+    )?);
     if dry_run {
         return Ok(with_warnings(
             value_response(StatusCode::CREATED, &object),
@@ -1338,8 +1346,16 @@ where
                 target.subresource.as_deref(),
             );
         }
+        let mut warnings = warnings;
         if !direct {
             super::admission::on_update(state, info, &old, &mut new).await?;
+            warnings.extend(super::admission::validate(
+                state,
+                info,
+                target.subresource.as_deref(),
+                Some(&old),
+                &new,
+            )?);
         }
         // Finalization complete: the last finalizer of a deleting object is gone.
         let deleting = new.pointer("/metadata/deletionTimestamp").is_some();

@@ -27,6 +27,7 @@ pub mod node_proxy;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
+pub mod pod_security;
 pub mod protobuf;
 pub mod registry;
 pub mod request;
@@ -102,6 +103,9 @@ pub struct ApiServerConfig {
     pub cluster: Option<ClusterConfig>,
     /// In-flight limits and request timeouts (`--kube-apiserver-arg`).
     pub limits: limits::ServingLimits,
+    /// The PodSecurity admission's defaults and exemptions
+    /// (`--pod-security-admission-config-file`).
+    pub pod_security: pod_security::Config,
 }
 
 /// The store's raft clock, as `k3rs server --etcd-arg` sets it (the API server owns the

@@ -210,6 +210,11 @@ pub struct ServerArgs {
     #[arg(long, value_name = "RANGE", help_heading = "Networking")]
     pub service_node_port_range: Option<String>,
 
+    /// (security) Pod Security admission configuration file: an AdmissionConfiguration
+    /// whose PodSecurity plugin carries a PodSecurityConfiguration (defaults, exemptions)
+    #[arg(long, value_name = "FILE", help_heading = "Security")]
+    pub pod_security_admission_config_file: Option<String>,
+
     /// (flags) Customized flag for the kube-controller-manager loops, as key=value
     /// (repeatable), e.g. node-monitor-grace-period=20s
     /// (flags) Customized flag for the kube-apiserver, as key=value (repeatable):

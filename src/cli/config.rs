@@ -85,6 +85,9 @@ pub struct ServerConfig {
     pub cluster_domain: String,
     /// `--service-node-port-range`.
     pub service_node_port_range: RangeInclusive<u16>,
+    /// `--pod-security-admission-config-file`, read and parsed; kube's defaults (everything
+    /// privileged, nothing exempt) without it.
+    pub pod_security: crate::apiserver::pod_security::Config,
     /// The controller-manager's tunables: `--cluster-cidr` and
     /// `--kube-controller-manager-arg`.
     pub controllers: crate::controllers::Config,
@@ -238,6 +241,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("cluster-domain", Kind::One),
     ("service-node-port-range", Kind::One),
     ("kube-apiserver-arg", Kind::Args),
+    ("pod-security-admission-config-file", Kind::One),
     ("kube-controller-manager-arg", Kind::Args),
     ("disable-agent", Kind::Bool),
     ("disable-controller-manager", Kind::Bool),
@@ -410,6 +414,10 @@ fn cli_layer(args: &ServerArgs, debug: Option<bool>) -> Layer {
     one("cluster-dns", &args.cluster_dns);
     one("cluster-domain", &args.cluster_domain);
     one("service-node-port-range", &args.service_node_port_range);
+    one(
+        "pod-security-admission-config-file",
+        &args.pod_security_admission_config_file,
+    );
     for (key, value) in args.snapshots.strings() {
         one(key, value);
     }
@@ -693,6 +701,19 @@ fn resolve(
     let service_node_port_range = s
         .one("service-node-port-range", parse_port_range)?
         .unwrap_or(DEFAULT_NODE_PORT_RANGE);
+    let pod_security = match s.one("pod-security-admission-config-file", parse_path)? {
+        Some(path) => std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))
+            .and_then(|text| crate::apiserver::pod_security::Config::parse(&text))
+            .map_err(|reason| {
+                let raw = s
+                    .get("pod-security-admission-config-file")
+                    .map(|(raw, _)| raw.to_string())
+                    .unwrap_or_default();
+                s.invalid("pod-security-admission-config-file", &raw, reason)
+            })?,
+        None => crate::apiserver::pod_security::Config::default(),
+    };
     let kcm_args = s.many("kube-controller-manager-arg", |v| Ok(v.to_string()))?;
     let controllers = super::controller_manager::parse_args(&kcm_args, cluster_cidr)
         .map_err(|(arg, reason)| s.invalid("kube-controller-manager-arg", &arg, reason))?;
@@ -760,6 +781,7 @@ fn resolve(
         cluster_dns,
         cluster_domain,
         service_node_port_range,
+        pod_security,
         controllers,
         apiserver_limits,
         ignored_apiserver_args,

@@ -280,6 +280,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         raft_timing: config.raft_timing,
         cluster: Some(cluster),
         limits: config.apiserver_limits.clone(),
+        pod_security: config.pod_security.clone(),
     };
     for arg in &config.ignored_apiserver_args {
         tracing::warn!("k3rs ignores kube-apiserver arg {arg:?}: not implemented");
