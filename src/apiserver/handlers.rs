@@ -284,6 +284,12 @@ pub async fn get(state: &AppState, target: &Target, query: &Query, want: Want) -
     let Some(bytes) = object else {
         return Err(ApiError::not_found(&info.group, &info.plural, name));
     };
+    if super::kv::unreadable(&bytes) {
+        return Err(ApiError::internal(format!(
+            "Internal error occurred: {}",
+            super::kv::unreadable_message(&key)
+        )));
+    }
     if let Some(sub) = target.subresource.as_deref() {
         return match sub {
             "status" => Ok(json_response(StatusCode::OK, bytes)),
@@ -477,6 +483,12 @@ pub async fn list(state: &AppState, target: &Target, query: &Query, want: Want) 
         let (objects, cache_revision) = state.cache.list(&prefix, None);
         revision = cache_revision;
         for CachedObject { key, bytes, .. } in objects {
+            if super::kv::unreadable(&bytes) {
+                return Err(ApiError::internal(format!(
+                    "Internal error occurred: {}",
+                    super::kv::unreadable_message(&key)
+                )));
+            }
             if filter.matches_bytes(&bytes) {
                 items.push((key.to_string(), bytes));
             }

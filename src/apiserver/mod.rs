@@ -14,8 +14,10 @@ pub mod authz;
 pub mod bootstrap_copy;
 pub mod crd;
 pub mod discovery;
+pub mod encryption;
 pub mod events_view;
 pub mod handlers;
+pub mod kv;
 pub mod limits;
 pub mod local_client;
 pub mod managed_fields;
@@ -106,6 +108,8 @@ pub struct ApiServerConfig {
     /// The PodSecurity admission's defaults and exemptions
     /// (`--pod-security-admission-config-file`).
     pub pod_security: pod_security::Config,
+    /// Encryption at rest (`--secrets-encryption`, `encryption-provider-config`).
+    pub encryption: Option<Arc<encryption::Transformer>>,
 }
 
 /// The store's raft clock, as `k3rs server --etcd-arg` sets it (the API server owns the
@@ -166,7 +170,7 @@ pub struct JoinedMember {
 /// Shared state of every request.
 pub struct AppState {
     pub config: ApiServerConfig,
-    pub store: Store,
+    pub store: kv::KvStore,
     pub cache: Arc<watchcache::WatchCache>,
     pub registry: registry::Registry,
     pub custom: RwLock<crd::CustomVersions>,
@@ -244,14 +248,15 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
     let local_addr = listener
         .local_addr()
         .context("reading the listening address")?;
-    let (store, peer_loop) = open_store(&config).await?;
+    let (raw_store, peer_loop) = open_store(&config).await?;
+    let store = kv::KvStore::new(raw_store.clone(), config.encryption.clone());
     let cache = watchcache::WatchCache::start(store.clone())
         .await
         .context("filling the watch cache")?;
     let snapshot_manager = config
         .snapshots
         .clone()
-        .map(|settings| snapshots::SnapshotManager::new(store.clone(), settings));
+        .map(|settings| snapshots::SnapshotManager::new(raw_store.clone(), settings));
     if let Some(manager) = &snapshot_manager {
         tokio::spawn(manager.clone().run_schedule());
         tokio::spawn(manager.clone().run_sync());

@@ -263,6 +263,7 @@ impl ApiError {
             StoreError::InvalidArgument(m) => ApiError::bad_request(m),
             StoreError::Unavailable(m) => ApiError::unavailable(m),
             removed @ StoreError::Removed { .. } => ApiError::unavailable(removed.to_string()),
+            StoreError::Transform(m) => ApiError::internal(format!("Internal error occurred: {m}")),
             other => {
                 if other.is_disk_full() {
                     ApiError::internal(format!("the server's disk is full: {other}"))

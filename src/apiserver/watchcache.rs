@@ -18,7 +18,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use crate::store::{Event, RangeRequest, Store, StoreError};
+use super::kv::KvStore as Store;
+use crate::store::{Event, RangeRequest, StoreError};
 
 /// How many recent events are kept for watches that resume from a revision...
 const HISTORY_EVENTS: usize = 20_000;
@@ -137,7 +138,7 @@ pub enum FeedEnd {
 /// The live events of one watch: from the cache, or from the store for uncached kinds.
 pub enum EventFeed {
     Cache(CacheFeed),
-    Store(crate::store::WatchStream),
+    Store(super::kv::WatchStream),
 }
 
 impl EventFeed {
@@ -537,7 +538,7 @@ impl WatchCache {
 
     async fn fill(&self, store: &Store) -> Result<i64, StoreError> {
         let listed = store
-            .range(RangeRequest {
+            .range_lenient(RangeRequest {
                 prefix: b"/registry/".to_vec(),
                 ..Default::default()
             })
@@ -574,7 +575,7 @@ impl WatchCache {
         Ok(listed.revision)
     }
 
-    async fn follow(self: Arc<Self>, store: Store, mut stream: crate::store::WatchStream) {
+    async fn follow(self: Arc<Self>, store: Store, mut stream: super::kv::WatchStream) {
         loop {
             match stream.next().await {
                 Some(Ok(event)) => self.apply(&event),
@@ -598,7 +599,7 @@ impl WatchCache {
         }
     }
 
-    async fn refill(&self, store: &Store) -> Result<crate::store::WatchStream, StoreError> {
+    async fn refill(&self, store: &Store) -> Result<super::kv::WatchStream, StoreError> {
         let revision = self.fill(store).await?;
         store.watch(FOLLOWED_PREFIX, revision).await
     }

@@ -32,13 +32,23 @@ pub const SUPPORTED: &[(&str, &str)] = &[
         "seconds; a watch without timeoutSeconds ends after between this and twice this \
          (default 1800)",
     ),
+    (
+        "encryption-provider-config",
+        "an EncryptionConfiguration file (apiserver.config.k8s.io/v1): resources encrypted \
+         at rest (aesgcm and identity providers)",
+    ),
 ];
+
+/// What [`parse_args`] returns.
+pub type Parsed = (ServingLimits, Option<std::path::PathBuf>, Vec<String>);
 
 /// Applies `--kube-apiserver-arg` values (each `key=value`, an optional leading `--`
 /// ignored as k3s does) over kube-apiserver's defaults. Returns the limits and the
-/// arguments k3rs ignores (to be logged); errors name the argument and say what is wrong.
-pub fn parse_args(args: &[String]) -> Result<(ServingLimits, Vec<String>), (String, String)> {
+/// `encryption-provider-config` file and the arguments k3rs ignores (to be logged); errors
+/// name the argument and say what is wrong.
+pub fn parse_args(args: &[String]) -> Result<Parsed, (String, String)> {
     let mut limits = ServingLimits::default();
+    let mut encryption = None;
     let mut ignored = Vec::new();
     for arg in args {
         let fail = |reason: String| (arg.clone(), reason);
@@ -67,10 +77,18 @@ pub fn parse_args(args: &[String]) -> Result<(ServingLimits, Vec<String>), (Stri
                     .map_err(|_| fail("expected a whole number of seconds, e.g. 1800".into()))?;
                 limits.min_request_timeout = Duration::from_secs(seconds.into());
             }
+            "encryption-provider-config" => {
+                if value.is_empty() {
+                    return Err(fail(
+                        "expected the path of an EncryptionConfiguration file".into(),
+                    ));
+                }
+                encryption = Some(std::path::PathBuf::from(value));
+            }
             _ => ignored.push(arg.clone()),
         }
     }
-    Ok((limits, ignored))
+    Ok((limits, encryption, ignored))
 }
 
 fn count(value: &str) -> Result<u32, String> {
@@ -89,7 +107,7 @@ mod tests {
 
     #[test]
     fn defaults_are_kubes() {
-        let (limits, ignored) = parse_args(&[]).expect("no args");
+        let (limits, _, ignored) = parse_args(&[]).expect("no args");
         assert_eq!(limits.max_requests_inflight, 400);
         assert_eq!(limits.max_mutating_requests_inflight, 200);
         assert_eq!(limits.request_timeout, Duration::from_secs(60));
@@ -99,7 +117,7 @@ mod tests {
 
     #[test]
     fn flags_apply() {
-        let (limits, ignored) = parse_args(&args(&[
+        let (limits, _, ignored) = parse_args(&args(&[
             "max-requests-inflight=10",
             "--max-mutating-requests-inflight=0",
             "request-timeout=1m30s",

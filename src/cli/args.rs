@@ -210,6 +210,20 @@ pub struct ServerArgs {
     #[arg(long, value_name = "RANGE", help_heading = "Networking")]
     pub service_node_port_range: Option<String>,
 
+    /// (security) Enable secret encryption at rest (writes
+    /// <data-dir>/server/cred/encryption-config.json with a random aesgcm key if missing)
+    #[arg(
+        long,
+        env = "K3RS_SECRETS_ENCRYPTION",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+        value_name = "BOOL",
+        help_heading = "Security"
+    )]
+    pub secrets_encryption: Option<bool>,
+
     /// (security) Pod Security admission configuration file: an AdmissionConfiguration
     /// whose PodSecurity plugin carries a PodSecurityConfiguration (defaults, exemptions)
     #[arg(long, value_name = "FILE", help_heading = "Security")]

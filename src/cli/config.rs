@@ -69,6 +69,10 @@ pub struct ServerConfig {
     pub token_file: Option<PathBuf>,
     /// `--cluster-init`: this server starts a cluster other servers may join.
     pub cluster_init: bool,
+    /// `--secrets-encryption`: encrypt Secrets at rest with the generated configuration.
+    pub secrets_encryption: bool,
+    /// `--kube-apiserver-arg encryption-provider-config=<file>`.
+    pub encryption_provider_config: Option<PathBuf>,
     /// `--server`: the URL of a server of the cluster to join (`https://host:port`).
     pub join_url: Option<String>,
     /// `--etcd-arg heartbeat-interval=…,election-timeout=…`.
@@ -478,6 +482,7 @@ fn cli_layer(args: &ServerArgs, debug: Option<bool>) -> Layer {
         ),
         ("disable-scheduler", args.disable_scheduler),
         ("cluster-init", args.cluster_init),
+        ("secrets-encryption", args.secrets_encryption),
         ("debug", debug),
     ] {
         if let Some(b) = value {
@@ -718,10 +723,11 @@ fn resolve(
     let controllers = super::controller_manager::parse_args(&kcm_args, cluster_cidr)
         .map_err(|(arg, reason)| s.invalid("kube-controller-manager-arg", &arg, reason))?;
     let apiserver_args = s.many("kube-apiserver-arg", |v| Ok(v.to_string()))?;
-    let (apiserver_limits, ignored_apiserver_args) =
+    let (apiserver_limits, encryption_provider_config, ignored_apiserver_args) =
         super::apiserver_args::parse_args(&apiserver_args)
             .map_err(|(arg, reason)| s.invalid("kube-apiserver-arg", &arg, reason))?;
     let cluster_init = s.flag("cluster-init");
+    let secrets_encryption = s.flag("secrets-encryption");
     let join_url = s.one("server", parse_server_url)?;
     let etcd_args = s.many("etcd-arg", |v| Ok(v.to_string()))?;
     let raft_timing =
@@ -773,6 +779,8 @@ fn resolve(
         token,
         token_file,
         cluster_init,
+        secrets_encryption,
+        encryption_provider_config,
         join_url,
         raft_timing,
         node_name,

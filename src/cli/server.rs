@@ -145,6 +145,31 @@ pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
 
 /// The address other servers and agents reach this one at: `--advertise-address`, else
 /// the first node address, else loopback.
+/// The encryption at rest in force: `encryption-provider-config` if given, else with
+/// `--secrets-encryption` k3s's generated file (created, mode 0600, when missing).
+fn encryption_config(
+    config: &ServerConfig,
+) -> anyhow::Result<Option<std::sync::Arc<crate::apiserver::encryption::Transformer>>> {
+    use crate::apiserver::encryption;
+    let path = match (
+        &config.encryption_provider_config,
+        config.secrets_encryption,
+    ) {
+        (Some(path), _) => path.clone(),
+        (None, true) => {
+            let path = encryption::default_config_path(&config.data_dir);
+            encryption::ensure_default_config(&path).map_err(anyhow::Error::msg)?;
+            path
+        }
+        (None, false) => return Ok(None),
+    };
+    let transformer = encryption::Transformer::load(&path)
+        .map_err(anyhow::Error::msg)
+        .context("loading the encryption configuration")?;
+    tracing::info!(path = %path.display(), "encryption at rest enabled");
+    Ok(Some(std::sync::Arc::new(transformer)))
+}
+
 fn advertise_ip(config: &ServerConfig) -> IpAddr {
     config
         .advertise_address
@@ -253,6 +278,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
     let listen = SocketAddr::new(config.bind_address, config.https_listen_port);
     let advertise_ip = advertise_ip(&config);
     let cluster = cluster_config(&config, &prepared).await?;
+    let encryption = encryption_config(&config)?;
     let apiserver_config = crate::apiserver::ApiServerConfig {
         listen,
         serving_cert_pem: prepared.pki.serving().cert_pem.clone(),
@@ -281,6 +307,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         cluster: Some(cluster),
         limits: config.apiserver_limits.clone(),
         pod_security: config.pod_security.clone(),
+        encryption,
     };
     for arg in &config.ignored_apiserver_args {
         tracing::warn!("k3rs ignores kube-apiserver arg {arg:?}: not implemented");

@@ -413,8 +413,41 @@ fn writer_waits_for_lock(attempt: i32) -> bool {
     true
 }
 
+/// Makes `path` (created empty if missing) and its `-wal`/`-shm` companions readable
+/// by the owner only (0600), whatever the umask: the database holds every value
+/// written. SQLite gives the companions it creates the main file's mode.
+pub(crate) fn make_private(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let private = std::fs::Permissions::from_mode(0o600);
+    if !path.exists() {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| StoreError::io(format!("creating {}", path.display()), e))?;
+    }
+    std::fs::set_permissions(path, private.clone())
+        .map_err(|e| StoreError::io(format!("setting the mode of {}", path.display()), e))?;
+    for suffix in ["-wal", "-shm"] {
+        let mut companion = path.as_os_str().to_owned();
+        companion.push(suffix);
+        let companion = std::path::PathBuf::from(companion);
+        if companion.exists() {
+            std::fs::set_permissions(&companion, private.clone()).map_err(|e| {
+                StoreError::io(format!("setting the mode of {}", companion.display()), e)
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// Opens a connection with the settings every store connection shares.
 pub(crate) fn open_connection(path: &Path, read_only: bool) -> Result<Connection> {
+    if !read_only {
+        make_private(path)?;
+    }
     let flags = if read_only {
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
     } else {

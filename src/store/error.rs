@@ -69,6 +69,11 @@ pub enum StoreError {
     #[error("database {path} cannot be used: {detail}")]
     Incompatible { path: PathBuf, detail: String },
 
+    /// A caller's transformation of a value on its way to or from the store failed
+    /// (e.g. decryption); the store never returns it itself.
+    #[error("{0}")]
+    Transform(String),
+
     /// An I/O or SQLite failure (including a full disk); nothing partial was written.
     #[error("{context}: {source}")]
     Io {

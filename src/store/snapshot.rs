@@ -40,6 +40,8 @@ pub(crate) fn save(conn: &Connection, dest: &Path) -> Result<SnapshotInfo> {
     }
     let tmp = dest.with_extension("partial");
     let _ = std::fs::remove_file(&tmp);
+    // Created 0600 before SQLite writes into it (VACUUM INTO accepts an empty file).
+    db::make_private(&tmp)?;
     let dest_str = tmp.to_str().ok_or_else(|| {
         StoreError::InvalidArgument(format!("snapshot path {} is not UTF-8", dest.display()))
     })?;
@@ -149,6 +151,7 @@ pub fn restore_snapshot(snapshot: &Path, dir: &Path, node_id: u64) -> Result<Sna
         )
     })?;
     let result = (|| {
+        db::make_private(&tmp)?;
         let conn =
             Connection::open(&tmp).map_err(|e| classify(&tmp, e, "opening the restored copy"))?;
         let mut state =

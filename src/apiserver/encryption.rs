@@ -1,0 +1,577 @@
+//! Encryption at rest: kube-apiserver's `EncryptionConfiguration`
+//! (`apiserver.config.k8s.io/v1`) and the value envelope it writes to storage.
+//!
+//! A configuration lists resources (`secrets`, `deployments.apps`, `*.apps`, `*.*`) and,
+//! for each, providers in order. A write of a listed resource is transformed by the
+//! first provider; a read tries the providers whose prefix the stored value carries.
+//! Providers: `aesgcm` (stored as `k8s:enc:aesgcm:v1:<key name>:` + 12-byte random nonce
+//! + AES-GCM ciphertext and tag, the storage key as additional data, as kube does) and
+//! `identity` (no prefix; refuses to read a value that carries `k8s:enc:`). `aescbc`,
+//! `secretbox` and `kms` are refused when the file is loaded: their ciphers are not in
+//! the crate's dependencies. Keys live only in memory and in the configuration file.
+//!
+//! `--secrets-encryption` (k3s) writes `<data-dir>/server/cred/encryption-config.json`
+//! with one random 32-byte `aesgcm` key and `identity` for `secrets`, mode 0600, when it
+//! is missing ([`ensure_default_config`]). Pure but for that file and the random source.
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use ring::aead::{AES_128_GCM, AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
+use ring::rand::{SecureRandom, SystemRandom};
+use serde::{Deserialize, Serialize};
+
+/// Every encrypted value starts with this.
+pub const ENVELOPE_PREFIX: &[u8] = b"k8s:enc:";
+const NONCE_LEN: usize = 12;
+/// The key name k3rs gives the key it generates.
+pub const DEFAULT_KEY_NAME: &str = "aesgcmkey";
+
+/// Why a stored value could not be read (worded as kube's transformers word it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecryptError {
+    #[error("no matching prefix found")]
+    NoMatchingPrefix,
+    #[error("identity transformer tried to read encrypted data")]
+    IdentityReadEncrypted,
+    #[error("the stored data was shorter than the required size")]
+    TooShort,
+    #[error("cipher: message authentication failed")]
+    Authentication,
+}
+
+/// The file format (only the fields k3rs reads; unknown fields are refused).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EncryptionConfiguration {
+    pub kind: String,
+    pub api_version: String,
+    #[serde(default)]
+    pub resources: Vec<ResourceConfiguration>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceConfiguration {
+    pub resources: Vec<String>,
+    pub providers: Vec<ProviderConfiguration>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderConfiguration {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aesgcm: Option<KeysConfiguration>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aescbc: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secretbox: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kms: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KeysConfiguration {
+    pub keys: Vec<Key>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Key {
+    pub name: String,
+    pub secret: String,
+}
+
+/// One provider, ready to use.
+enum Provider {
+    AesGcm { prefix: Vec<u8>, key: LessSafeKey },
+    Identity,
+}
+
+impl Provider {
+    fn prefix(&self) -> &[u8] {
+        match self {
+            Provider::AesGcm { prefix, .. } => prefix,
+            Provider::Identity => b"",
+        }
+    }
+}
+
+/// Which keys a resource rule covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Selector {
+    /// `secrets` (core) or `deployments.apps`: exactly `/registry/<...>/`.
+    Exact(String),
+    /// `*.apps`: every resource of a group.
+    Group(String),
+    /// `*.*`: everything.
+    All,
+}
+
+impl Selector {
+    fn parse(resource: &str) -> Result<Selector, String> {
+        let resource = resource.trim().to_ascii_lowercase();
+        if resource == "*.*" {
+            return Ok(Selector::All);
+        }
+        if resource == "*." || resource == "*" {
+            return Err(format!(
+                "resource {resource:?}: k3rs cannot tell core resources apart from groups by key; \
+                 name the core resources (e.g. secrets) or use *.*"
+            ));
+        }
+        if let Some(group) = resource.strip_prefix("*.") {
+            return Ok(Selector::Group(format!("/registry/{group}/")));
+        }
+        if resource.is_empty() || resource.contains('*') || resource.contains('/') {
+            return Err(format!("resource {resource:?} is not a resource name"));
+        }
+        Ok(Selector::Exact(match resource.split_once('.') {
+            None => format!("/registry/{resource}/"),
+            Some((plural, group)) => format!("/registry/{group}/{plural}/"),
+        }))
+    }
+
+    fn matches(&self, key: &[u8]) -> bool {
+        match self {
+            Selector::Exact(prefix) | Selector::Group(prefix) => key.starts_with(prefix.as_bytes()),
+            Selector::All => key.starts_with(b"/registry/"),
+        }
+    }
+}
+
+/// A loaded configuration: transforms values on their way to and from the store.
+pub struct Transformer {
+    rules: Vec<(Vec<Selector>, Vec<Provider>)>,
+    /// The configuration as loaded (for `secrets-encrypt status`).
+    pub config: EncryptionConfiguration,
+    random: SystemRandom,
+}
+
+impl std::fmt::Debug for Transformer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transformer")
+            .field("rules", &self.rules.len())
+            .finish()
+    }
+}
+
+impl Transformer {
+    /// Parses and checks a configuration file's text (JSON or YAML).
+    pub fn parse(text: &str) -> Result<Transformer, String> {
+        let config: EncryptionConfiguration = serde_yaml::from_str(text)
+            .map_err(|e| format!("not an EncryptionConfiguration: {e}"))?;
+        Transformer::new(config)
+    }
+
+    /// Reads and parses the configuration file at `path`.
+    pub fn load(path: &Path) -> Result<Transformer, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Transformer::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Checks a configuration and prepares its keys.
+    pub fn new(config: EncryptionConfiguration) -> Result<Transformer, String> {
+        if config.kind != "EncryptionConfiguration" {
+            return Err(format!(
+                "kind must be EncryptionConfiguration, not {:?}",
+                config.kind
+            ));
+        }
+        if config.api_version != "apiserver.config.k8s.io/v1" {
+            return Err(format!(
+                "apiVersion must be apiserver.config.k8s.io/v1, not {:?}",
+                config.api_version
+            ));
+        }
+        let mut rules = Vec::new();
+        for (i, rule) in config.resources.iter().enumerate() {
+            let at = format!("resources[{i}]");
+            if rule.resources.is_empty() {
+                return Err(format!("{at}.resources: Required value"));
+            }
+            if rule.providers.is_empty() {
+                return Err(format!("{at}.providers: Required value"));
+            }
+            let selectors = rule
+                .resources
+                .iter()
+                .map(|r| Selector::parse(r))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("{at}: {e}"))?;
+            let mut providers = Vec::new();
+            for (j, p) in rule.providers.iter().enumerate() {
+                let at = format!("{at}.providers[{j}]");
+                let set = [
+                    p.aesgcm.is_some(),
+                    p.aescbc.is_some(),
+                    p.secretbox.is_some(),
+                    p.kms.is_some(),
+                    p.identity.is_some(),
+                ];
+                if set.iter().filter(|s| **s).count() != 1 {
+                    return Err(format!("{at}: exactly one provider must be set"));
+                }
+                if p.aescbc.is_some() || p.secretbox.is_some() || p.kms.is_some() {
+                    return Err(format!(
+                        "{at}: k3rs supports the aesgcm and identity providers only"
+                    ));
+                }
+                match &p.aesgcm {
+                    Some(keys) => {
+                        if keys.keys.is_empty() {
+                            return Err(format!("{at}.aesgcm.keys: Required value"));
+                        }
+                        for (k, key) in keys.keys.iter().enumerate() {
+                            providers.push(
+                                aesgcm(key).map_err(|e| format!("{at}.aesgcm.keys[{k}]: {e}"))?,
+                            );
+                        }
+                    }
+                    None => providers.push(Provider::Identity),
+                }
+            }
+            rules.push((selectors, providers));
+        }
+        Ok(Transformer {
+            rules,
+            config,
+            random: SystemRandom::new(),
+        })
+    }
+
+    fn providers_for(&self, key: &[u8]) -> Option<&[Provider]> {
+        self.rules
+            .iter()
+            .find(|(selectors, _)| selectors.iter().any(|s| s.matches(key)))
+            .map(|(_, providers)| providers.as_slice())
+    }
+
+    /// Whether values under `key` are transformed at all.
+    pub fn covers(&self, key: &[u8]) -> bool {
+        self.providers_for(key).is_some()
+    }
+
+    /// The value to store for `key`: encrypted by the resource's first provider.
+    pub fn encrypt(&self, key: &[u8], value: Vec<u8>) -> Result<Vec<u8>, String> {
+        match self.providers_for(key).and_then(|p| p.first()) {
+            None | Some(Provider::Identity) => Ok(value),
+            Some(Provider::AesGcm {
+                prefix,
+                key: cipher,
+            }) => {
+                let mut nonce = [0u8; NONCE_LEN];
+                self.random
+                    .fill(&mut nonce)
+                    .map_err(|_| "the system's random source failed".to_string())?;
+                let mut sealed = value;
+                cipher
+                    .seal_in_place_append_tag(
+                        Nonce::assume_unique_for_key(nonce),
+                        Aad::from(key),
+                        &mut sealed,
+                    )
+                    .map_err(|_| "AES-GCM encryption failed".to_string())?;
+                let mut out = Vec::with_capacity(prefix.len() + NONCE_LEN + sealed.len());
+                out.extend_from_slice(prefix);
+                out.extend_from_slice(&nonce);
+                out.extend_from_slice(&sealed);
+                Ok(out)
+            }
+        }
+    }
+
+    /// The plaintext of the value stored under `key`. Values of resources the
+    /// configuration does not list pass unless they carry an envelope, which then must
+    /// match one of the configured keys.
+    pub fn decrypt(&self, key: &[u8], value: &[u8]) -> Result<Vec<u8>, DecryptError> {
+        let providers: Vec<&Provider> = match self.providers_for(key) {
+            Some(p) => p.iter().collect(),
+            None if !value.starts_with(ENVELOPE_PREFIX) => return Ok(value.to_vec()),
+            // Written under an older configuration: any configured key may read it.
+            None => self.rules.iter().flat_map(|(_, p)| p.iter()).collect(),
+        };
+        for provider in providers {
+            if !value.starts_with(provider.prefix()) {
+                continue;
+            }
+            return match provider {
+                Provider::Identity if value.starts_with(ENVELOPE_PREFIX) => {
+                    Err(DecryptError::IdentityReadEncrypted)
+                }
+                Provider::Identity => Ok(value.to_vec()),
+                Provider::AesGcm {
+                    prefix,
+                    key: cipher,
+                } => {
+                    let rest = &value[prefix.len()..];
+                    if rest.len() < NONCE_LEN + cipher.algorithm().tag_len() {
+                        return Err(DecryptError::TooShort);
+                    }
+                    let (nonce, sealed) = rest.split_at(NONCE_LEN);
+                    let nonce = Nonce::try_assume_unique_for_key(nonce)
+                        .map_err(|_| DecryptError::TooShort)?;
+                    let mut buffer = sealed.to_vec();
+                    let plain = cipher
+                        .open_in_place(nonce, Aad::from(key), &mut buffer)
+                        .map_err(|_| DecryptError::Authentication)?;
+                    Ok(plain.to_vec())
+                }
+            };
+        }
+        Err(DecryptError::NoMatchingPrefix)
+    }
+
+    /// The name of the key new writes of `resource_prefix` use (`None`: identity).
+    pub fn active_key(&self, key: &[u8]) -> Option<String> {
+        match self.providers_for(key)?.first()? {
+            Provider::AesGcm { prefix, .. } => {
+                let text = String::from_utf8_lossy(prefix);
+                text.trim_end_matches(':')
+                    .rsplit(':')
+                    .next()
+                    .map(str::to_string)
+            }
+            Provider::Identity => None,
+        }
+    }
+}
+
+fn aesgcm(key: &Key) -> Result<Provider, String> {
+    if key.name.is_empty() || key.name.contains(':') {
+        return Err(format!(
+            "key name {:?} must be non-empty without ':'",
+            key.name
+        ));
+    }
+    let secret = base64::engine::general_purpose::STANDARD
+        .decode(key.secret.trim())
+        .map_err(|e| format!("secret of key {:?} is not base64: {e}", key.name))?;
+    let algorithm = match secret.len() {
+        16 => &AES_128_GCM,
+        32 => &AES_256_GCM,
+        24 => {
+            return Err(format!(
+                "key {:?}: 24-byte (AES-192) keys are not supported by k3rs; use 16 or 32 bytes",
+                key.name
+            ));
+        }
+        n => {
+            return Err(format!(
+                "key {:?} is {n} bytes; aesgcm needs 16, 24 or 32",
+                key.name
+            ));
+        }
+    };
+    let unbound = UnboundKey::new(algorithm, &secret)
+        .map_err(|_| format!("key {:?} is not a valid AES key", key.name))?;
+    Ok(Provider::AesGcm {
+        prefix: format!("k8s:enc:aesgcm:v1:{}:", key.name).into_bytes(),
+        key: LessSafeKey::new(unbound),
+    })
+}
+
+/// Where k3s keeps the generated configuration.
+pub fn default_config_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("server/cred/encryption-config.json")
+}
+
+/// A configuration encrypting Secrets with a fresh random 32-byte aesgcm key, reading
+/// unencrypted ones (identity second).
+pub fn generate_config() -> Result<EncryptionConfiguration, String> {
+    let mut secret = [0u8; 32];
+    SystemRandom::new()
+        .fill(&mut secret)
+        .map_err(|_| "the system's random source failed".to_string())?;
+    Ok(EncryptionConfiguration {
+        kind: "EncryptionConfiguration".into(),
+        api_version: "apiserver.config.k8s.io/v1".into(),
+        resources: vec![ResourceConfiguration {
+            resources: vec!["secrets".into()],
+            providers: vec![
+                ProviderConfiguration {
+                    aesgcm: Some(KeysConfiguration {
+                        keys: vec![Key {
+                            name: DEFAULT_KEY_NAME.into(),
+                            secret: base64::engine::general_purpose::STANDARD.encode(secret),
+                        }],
+                    }),
+                    ..Default::default()
+                },
+                ProviderConfiguration {
+                    identity: Some(serde_json::json!({})),
+                    ..Default::default()
+                },
+            ],
+        }],
+    })
+}
+
+/// Writes a generated configuration to `path` (mode 0600) unless the file exists.
+pub fn ensure_default_config(path: &Path) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    if path.exists() {
+        return Ok(());
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let text = serde_json::to_vec(&generate_config()?).map_err(|e| e.to_string())?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    file.write_all(&text)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// A short, non-secret fingerprint of the configuration file's bytes (k3s prints a hash
+/// of it per server).
+pub fn config_hash(text: &[u8]) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(text);
+    format!("start-{}", hex::encode(digest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &[u8] = b"/registry/secrets/default/s";
+
+    fn config(name: &str, secret: &[u8], identity_first: bool) -> Transformer {
+        let aes = serde_json::json!({"aesgcm": {"keys": [{"name": name,
+            "secret": base64::engine::general_purpose::STANDARD.encode(secret)}]}});
+        let identity = serde_json::json!({"identity": {}});
+        let providers = if identity_first {
+            vec![identity, aes]
+        } else {
+            vec![aes, identity]
+        };
+        let text = serde_json::json!({"kind": "EncryptionConfiguration",
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "resources": [{"resources": ["secrets"], "providers": providers}]})
+        .to_string();
+        Transformer::parse(&text).expect("config")
+    }
+
+    #[test]
+    fn round_trip_with_kube_envelope() {
+        let t = config("k1", &[7u8; 32], false);
+        let stored = t.encrypt(KEY, b"{\"data\":1}".to_vec()).expect("encrypt");
+        assert!(stored.starts_with(b"k8s:enc:aesgcm:v1:k1:"));
+        // prefix + 12-byte nonce + plaintext + 16-byte tag
+        assert_eq!(stored.len(), "k8s:enc:aesgcm:v1:k1:".len() + 12 + 10 + 16);
+        assert_eq!(t.decrypt(KEY, &stored).expect("decrypt"), b"{\"data\":1}");
+        // Random nonces: the same value twice is stored differently.
+        assert_ne!(
+            stored,
+            t.encrypt(KEY, b"{\"data\":1}".to_vec()).expect("again")
+        );
+        // The key is authenticated: the value cannot be moved to another key.
+        assert_eq!(
+            t.decrypt(b"/registry/secrets/default/other", &stored),
+            Err(DecryptError::Authentication)
+        );
+        // Other resources are not touched.
+        let cm = b"/registry/configmaps/default/c";
+        assert_eq!(t.encrypt(cm, b"x".to_vec()).expect("cm"), b"x");
+        assert_eq!(t.decrypt(cm, b"x").expect("cm"), b"x");
+        assert_eq!(t.active_key(KEY).as_deref(), Some("k1"));
+    }
+
+    #[test]
+    fn wrong_key_and_bad_prefix_fail() {
+        let a = config("k1", &[7u8; 32], false);
+        let stored = a.encrypt(KEY, b"secret".to_vec()).expect("encrypt");
+        let same_name_other_secret = config("k1", &[8u8; 32], false);
+        assert_eq!(
+            same_name_other_secret.decrypt(KEY, &stored),
+            Err(DecryptError::Authentication)
+        );
+        // A key name that is not configured falls to identity, which refuses envelopes.
+        let other_name = config("k2", &[7u8; 32], false);
+        assert_eq!(
+            other_name.decrypt(KEY, &stored),
+            Err(DecryptError::IdentityReadEncrypted)
+        );
+        let mut tampered = stored.clone();
+        let last = tampered.len() - 1;
+        tampered[last] ^= 1;
+        assert_eq!(a.decrypt(KEY, &tampered), Err(DecryptError::Authentication));
+        assert_eq!(
+            a.decrypt(KEY, b"k8s:enc:aesgcm:v1:k1:short"),
+            Err(DecryptError::TooShort)
+        );
+        // Plain values pass through identity.
+        assert_eq!(a.decrypt(KEY, b"{}").expect("plain"), b"{}");
+        // Without identity, a plain value has no matching prefix.
+        let only_aes = Transformer::parse(
+            &serde_json::json!({"kind": "EncryptionConfiguration",
+                "apiVersion": "apiserver.config.k8s.io/v1",
+                "resources": [{"resources": ["secrets"], "providers": [{"aesgcm": {"keys": [
+                    {"name": "k1", "secret": base64::engine::general_purpose::STANDARD.encode([7u8; 32])}]}}]}]})
+            .to_string(),
+        )
+        .expect("config");
+        assert_eq!(
+            only_aes.decrypt(KEY, b"{}"),
+            Err(DecryptError::NoMatchingPrefix)
+        );
+        assert_eq!(only_aes.decrypt(KEY, &stored).expect("decrypt"), b"secret");
+    }
+
+    #[test]
+    fn identity_first_writes_plain_and_still_reads_encrypted() {
+        let enc = config("k1", &[7u8; 32], false);
+        let stored = enc.encrypt(KEY, b"secret".to_vec()).expect("encrypt");
+        let dec = config("k1", &[7u8; 32], true);
+        assert_eq!(dec.encrypt(KEY, b"p".to_vec()).expect("plain"), b"p");
+        assert_eq!(dec.decrypt(KEY, &stored).expect("decrypt"), b"secret");
+    }
+
+    #[test]
+    fn config_errors_name_the_field() {
+        let bad = |text: serde_json::Value| Transformer::parse(&text.to_string()).unwrap_err();
+        let base = |providers: serde_json::Value| {
+            serde_json::json!({"kind": "EncryptionConfiguration",
+                "apiVersion": "apiserver.config.k8s.io/v1",
+                "resources": [{"resources": ["secrets"], "providers": providers}]})
+        };
+        assert!(
+            bad(base(
+                serde_json::json!([{"aesgcm": {"keys": [{"name": "k", "secret": "AAAA"}]}}])
+            ))
+            .contains("needs 16, 24 or 32")
+        );
+        assert!(
+            bad(base(serde_json::json!([{"aescbc": {"keys": []}}])))
+                .contains("aesgcm and identity")
+        );
+        assert!(bad(base(serde_json::json!([]))).contains("providers: Required value"));
+        assert!(
+            bad(serde_json::json!({"kind": "Other", "apiVersion": "apiserver.config.k8s.io/v1"}))
+                .contains("kind")
+        );
+        assert_eq!(
+            Selector::parse("deployments.apps"),
+            Ok(Selector::Exact("/registry/apps/deployments/".into()))
+        );
+        assert!(Selector::parse("*.").is_err());
+    }
+
+    #[test]
+    fn generated_config_loads() {
+        let text = serde_json::to_string(&generate_config().expect("generate")).expect("json");
+        let t = Transformer::parse(&text).expect("loads");
+        assert_eq!(t.active_key(KEY).as_deref(), Some(DEFAULT_KEY_NAME));
+        assert!(text.contains("\"identity\":{}"));
+    }
+}
