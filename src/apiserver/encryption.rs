@@ -293,15 +293,19 @@ impl Transformer {
             // Written under an older configuration: any configured key may read it.
             None => self.rules.iter().flat_map(|(_, p)| p.iter()).collect(),
         };
+        // The first provider whose prefix the value carries and that can read it wins;
+        // identity (empty prefix) refusing an envelope, or a key of the same name that
+        // does not authenticate, lets later providers try.
+        let mut failure = None;
         for provider in providers {
             if !value.starts_with(provider.prefix()) {
                 continue;
             }
-            return match provider {
+            match provider {
                 Provider::Identity if value.starts_with(ENVELOPE_PREFIX) => {
-                    Err(DecryptError::IdentityReadEncrypted)
+                    failure.get_or_insert(DecryptError::IdentityReadEncrypted);
                 }
-                Provider::Identity => Ok(value.to_vec()),
+                Provider::Identity => return Ok(value.to_vec()),
                 Provider::AesGcm {
                     prefix,
                     key: cipher,
@@ -314,12 +318,15 @@ impl Transformer {
                     let nonce = Nonce::try_assume_unique_for_key(nonce)
                         .map_err(|_| DecryptError::TooShort)?;
                     let mut buffer = sealed.to_vec();
-                    let plain = cipher
-                        .open_in_place(nonce, Aad::from(key), &mut buffer)
-                        .map_err(|_| DecryptError::Authentication)?;
-                    Ok(plain.to_vec())
+                    match cipher.open_in_place(nonce, Aad::from(key), &mut buffer) {
+                        Ok(plain) => return Ok(plain.to_vec()),
+                        Err(_) => failure = Some(DecryptError::Authentication),
+                    }
                 }
-            };
+            }
+        }
+        if let Some(failure) = failure {
+            return Err(failure);
         }
         Err(DecryptError::NoMatchingPrefix)
     }

@@ -856,10 +856,11 @@ mod tests {
     async fn a_write_outside_the_api_keys_does_not_hold_up_consistent_reads() {
         let dir = tempfile::tempdir().expect("temp dir");
         let config = crate::store::StoreConfig::new(dir.path());
-        let store = tokio::task::spawn_blocking(move || Store::open(config))
+        let store = tokio::task::spawn_blocking(move || crate::store::Store::open(config))
             .await
             .expect("join")
             .expect("open the store");
+        let store = Store::new(store, None);
         let cache = WatchCache::start(store.clone()).await.expect("cache");
         store
             .create(b"/registry/configmaps/default/a", b"{}".to_vec())
@@ -881,7 +882,7 @@ mod tests {
             "only API objects are held"
         );
         assert!(cache.get("/registry/configmaps/default/a").is_some());
-        let _ = tokio::task::spawn_blocking(move || store.close()).await;
+        let _ = tokio::task::spawn_blocking(move || drop(store)).await;
     }
 
     /// The events a feed has ready, without waiting.
