@@ -4,8 +4,9 @@
 //! A configuration lists resources (`secrets`, `deployments.apps`, `*.apps`, `*.*`) and,
 //! for each, providers in order. A write of a listed resource is transformed by the
 //! first provider; a read tries the providers whose prefix the stored value carries.
-//! Providers: `aesgcm` (stored as `k8s:enc:aesgcm:v1:<key name>:` + 12-byte random nonce
-//! + AES-GCM ciphertext and tag, the storage key as additional data, as kube does) and
+//! Providers: `aesgcm` (stored as `k8s:enc:aesgcm:v1:<key name>:`, a 12-byte random
+//! nonce, then the AES-GCM ciphertext and tag, the storage key as additional data, as
+//! kube does) and
 //! `identity` (no prefix; refuses to read a value that carries `k8s:enc:`). `aescbc`,
 //! `secretbox` and `kms` are refused when the file is loaded: their ciphers are not in
 //! the crate's dependencies. Keys live only in memory and in the configuration file.
@@ -85,7 +86,10 @@ pub struct Key {
 
 /// One provider, ready to use.
 enum Provider {
-    AesGcm { prefix: Vec<u8>, key: LessSafeKey },
+    AesGcm {
+        prefix: Vec<u8>,
+        key: Box<LessSafeKey>,
+    },
     Identity,
 }
 
@@ -376,7 +380,7 @@ fn aesgcm(key: &Key) -> Result<Provider, String> {
         .map_err(|_| format!("key {:?} is not a valid AES key", key.name))?;
     Ok(Provider::AesGcm {
         prefix: format!("k8s:enc:aesgcm:v1:{}:", key.name).into_bytes(),
-        key: LessSafeKey::new(unbound),
+        key: Box::new(LessSafeKey::new(unbound)),
     })
 }
 
