@@ -101,6 +101,7 @@ fn main() -> ExitCode {
             }
             exit_with(etcd_snapshot::run(*args))
         }
+        Some(Command::SecretsEncrypt(args)) => exit_with(cli::secrets_encrypt::run(args)),
         Some(Command::CheckConfig) => {
             if check_config::run() {
                 ExitCode::SUCCESS

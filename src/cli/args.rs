@@ -51,6 +51,8 @@ pub enum Command {
     Kubectl(KubectlArgs),
     /// Manage datastore snapshots (save, ls, delete, prune, restore)
     EtcdSnapshot(Box<super::snapshot_args::EtcdSnapshotArgs>),
+    /// Report encryption at rest of Secrets (status)
+    SecretsEncrypt(super::secrets_encrypt::SecretsEncryptArgs),
     /// Check that this machine's kernel and packages can run k3rs
     CheckConfig,
     /// Print a systemd unit for k3rs (used by install.sh)

@@ -18,6 +18,7 @@ pub mod kubectl;
 pub mod logging;
 pub mod node_config;
 pub mod notify;
+pub mod secrets_encrypt;
 pub mod server;
 pub mod server_join;
 pub mod snapshot_args;
