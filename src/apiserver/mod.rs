@@ -9,6 +9,7 @@
 
 pub mod admission;
 pub mod apply;
+pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod bootstrap_copy;
@@ -110,6 +111,8 @@ pub struct ApiServerConfig {
     pub pod_security: pod_security::Config,
     /// Encryption at rest (`--secrets-encryption`, `encryption-provider-config`).
     pub encryption: Option<Arc<encryption::Transformer>>,
+    /// The audit log's policy, path and rotation (`--kube-apiserver-arg audit-*`).
+    pub audit: audit::Settings,
 }
 
 /// The store's raft clock, as `k3rs server --etcd-arg` sets it (the API server owns the
@@ -191,6 +194,8 @@ pub struct AppState {
     pub namespace_written: AtomicI64,
     /// The in-flight budgets of network requests (`config.limits`).
     pub inflight: limits::Inflight,
+    /// The audit log; `None` when no policy and path are set.
+    pub auditor: Option<Arc<audit::Auditor>>,
 }
 
 /// A running API server.
@@ -275,8 +280,10 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
         .map(sa_token::TokenSigner::load_or_create)
         .transpose()
         .context("loading the service-account signing key")?;
+    let auditor = audit::Auditor::start(&config.audit).context("starting the audit log")?;
     let store_revision = store.current_revision();
     let state = Arc::new(AppState {
+        auditor,
         inflight: limits::Inflight::new(&config.limits),
         authz: authorizer,
         kubelet_tls,
@@ -490,7 +497,8 @@ async fn serve_connection(
         let identity = identity.clone();
         let active = ActiveRequest::start(service_activity.clone());
         async move {
-            let req = req.map(RequestBody::Network);
+            let mut req = req.map(RequestBody::Network);
+            req.extensions_mut().insert(PeerAddr(peer));
             let response = dispatch(state, identity, req).await;
             // The request stays active until its body is sent (a watch, for as long as it
             // streams).
@@ -651,13 +659,115 @@ pub(crate) async fn dispatch(
     // Both clones share the request's bytes: no allocation on the path of every request.
     let method = req.method().clone();
     let uri = req.uri().clone();
-    match crate::panics::catch("apiserver", dispatch_unguarded(state, cert_identity, req)).await {
+    let audit_id = audit::audit_id(req.headers());
+    let served = dispatch_unguarded(state, cert_identity, req, audit_id.clone());
+    let mut response = match crate::panics::catch("apiserver", served).await {
         Ok(response) => response,
         Err(panic) => {
             tracing::error!(%method, path = uri.path(), %panic, "a request handler panicked");
             panicked()
         }
+    };
+    // Every answer names its audit ID, audited or not, as kube-apiserver's do.
+    if let Ok(value) = HeaderValue::from_str(&audit_id) {
+        response.headers_mut().insert("audit-id", value);
     }
+    response
+}
+
+/// The client's address, for the audit log's `sourceIPs` (absent on in-process requests).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PeerAddr(pub SocketAddr);
+
+/// kube's `sourceIPs`: the `X-Forwarded-For` chain, `X-Real-Ip`, then the peer's address
+/// (loopback for in-process clients).
+fn source_ips(parts: &axum::http::request::Parts) -> Vec<String> {
+    let mut ips: Vec<String> = parts
+        .headers
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|ip| ip.parse::<IpAddr>().is_ok())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    if ips.is_empty()
+        && let Some(ip) = parts
+            .headers
+            .get("x-real-ip")
+            .and_then(|v| v.to_str().ok())
+            .filter(|ip| ip.trim().parse::<IpAddr>().is_ok())
+    {
+        ips.push(ip.trim().to_string());
+    }
+    let peer = parts
+        .extensions
+        .get::<PeerAddr>()
+        .map(|p| p.0.ip().to_canonical().to_string())
+        .unwrap_or_else(|| "127.0.0.1".to_string());
+    if ips.last() != Some(&peer) {
+        ips.push(peer);
+    }
+    ips
+}
+
+/// Starts auditing a request as the policy decides, with the authenticated (not the
+/// impersonated) user, as kube's audit filter does.
+fn begin_audit(
+    state: &AppState,
+    identity: &Identity,
+    parts: &axum::http::request::Parts,
+    route: Option<&Route>,
+    query: Option<&Query>,
+    audit_id: String,
+    received: std::time::SystemTime,
+) -> Option<audit::Recorder> {
+    let auditor = state.auditor.as_ref()?;
+    let path = parts.uri.path();
+    let (verb, resource) = match (route, query) {
+        (Some(Route::Resource(target)), Some(query)) => (
+            authz::resource_verb(&parts.method, target, query),
+            Some(audit::ResourceAttributes {
+                group: &target.info.group,
+                version: &target.info.version,
+                resource: &target.info.plural,
+                subresource: target.subresource.as_deref().unwrap_or_default(),
+                namespace: target.namespace.as_deref().unwrap_or_default(),
+                name: target.name.as_deref().unwrap_or_default(),
+            }),
+        ),
+        _ => (authz::path_attributes(&parts.method, path).verb, None),
+    };
+    let attrs = audit::Attributes {
+        user: identity,
+        verb,
+        resource,
+        path,
+    };
+    let uri = parts
+        .uri
+        .path_and_query()
+        .map(|pq| pq.as_str().to_string())
+        .unwrap_or_else(|| path.to_string());
+    let user_agent = parts
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    auditor.begin(
+        &attrs,
+        audit::RequestFacts {
+            audit_id,
+            uri,
+            source_ips: source_ips(parts),
+            user_agent,
+            received,
+        },
+    )
 }
 
 /// kube-apiserver's answer to a request whose handler panicked.
@@ -674,8 +784,10 @@ async fn dispatch_unguarded(
     state: Arc<AppState>,
     cert_identity: Option<Identity>,
     req: Request<RequestBody>,
+    audit_id: String,
 ) -> Response {
     let started = Instant::now();
+    let received = std::time::SystemTime::now();
     let (parts, body) = req.into_parts();
     if server_join::handles(parts.uri.path()) {
         let body = match read_body(body, &parts.method).await {
@@ -716,11 +828,63 @@ async fn dispatch_unguarded(
                 .and_then(|a| authn::bearer_identity(&state, a))
         })
         .unwrap_or_else(Identity::anonymous);
+    let query = Query::parse(parts.uri.query());
+    let route = request::route(parts.uri.path(), &state.registry);
+    let mut recorder = begin_audit(
+        &state,
+        &identity,
+        &parts,
+        route.as_ref().ok(),
+        query.as_ref().ok(),
+        audit_id,
+        received,
+    );
+    let long_running = match (&route, &query) {
+        (Ok(route), Ok(query)) => limits::is_long_running(&parts.method, route, query),
+        _ => false,
+    };
+    let response = dispatch_authenticated(
+        state,
+        identity,
+        parts,
+        body,
+        query,
+        route,
+        started,
+        &mut recorder,
+    )
+    .await;
+    match recorder {
+        Some(recorder) => recorder.finish(response, long_running).await,
+        None => response,
+    }
+}
+
+/// Serves an authenticated (or anonymous) request: impersonation, in-flight limits,
+/// authorization, then the handler; `recorder` learns what the audit log needs.
+#[allow(clippy::too_many_arguments)]
+async fn dispatch_authenticated(
+    state: Arc<AppState>,
+    identity: Identity,
+    parts: axum::http::request::Parts,
+    body: RequestBody,
+    query: Result<Query, ApiError>,
+    route: Result<Route, ApiError>,
+    started: Instant,
+    recorder: &mut Option<audit::Recorder>,
+) -> Response {
     let identity = if identity.is_anonymous() {
         identity
     } else {
-        match authz::impersonate(&state.authz, identity, &parts.headers) {
-            Ok(identity) => identity,
+        match authz::impersonate(&state.authz, identity.clone(), &parts.headers) {
+            Ok(impersonated) => {
+                if impersonated != identity
+                    && let Some(recorder) = recorder.as_mut()
+                {
+                    recorder.impersonated(&impersonated);
+                }
+                impersonated
+            }
             Err(e) => return e.into_response(),
         }
     };
@@ -740,11 +904,11 @@ async fn dispatch_unguarded(
         tracing::debug!(user = %identity.user, path = %parts.uri.path(), code = response.status().as_u16(), "request");
         return response;
     }
-    let query = match Query::parse(parts.uri.query()) {
+    let query = match query {
         Ok(q) => q,
         Err(e) => return e.into_response(),
     };
-    let route = match request::route(parts.uri.path(), &state.registry) {
+    let route = match route {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
@@ -780,8 +944,10 @@ async fn dispatch_unguarded(
             }
         }
     };
-    if !identity.is_anonymous()
-        && let Err(denied) = authorize(
+    let decision = if identity.is_anonymous() {
+        Ok(())
+    } else {
+        authorize(
             &state,
             &identity,
             &parts.method,
@@ -789,7 +955,16 @@ async fn dispatch_unguarded(
             &query,
             parts.uri.path(),
         )
+    };
+    if !identity.is_anonymous()
+        && let Some(recorder) = recorder.as_mut()
     {
+        match &decision {
+            Ok(()) => recorder.decision(true, ""),
+            Err((_, reason)) => recorder.decision(false, reason),
+        }
+    }
+    if let Err((denied, _)) = decision {
         let response = denied.into_response();
         state.metrics.observe(
             verb,
@@ -827,13 +1002,32 @@ async fn dispatch_unguarded(
     let response = if identity.is_anonymous() && !public {
         ApiError::unauthorized().into_response()
     } else if long_running {
-        read_and_serve(state.clone(), identity.clone(), parts, route, query, body).await
+        let slot = recorder.as_ref().map(audit::Recorder::body_slot);
+        read_and_serve(
+            state.clone(),
+            identity.clone(),
+            parts,
+            route,
+            query,
+            body,
+            slot,
+        )
+        .await
     } else {
         // kube's request timeout: past it the client gets a 504 and the handler goes on
         // in the background (a write still completes), as kube-apiserver's does. Reading
         // the body counts, so a slow upload is bounded too.
         let deadline = limits::request_deadline(&state.config.limits, &query);
-        let work = read_and_serve(state.clone(), identity.clone(), parts, route, query, body);
+        let slot = recorder.as_ref().map(audit::Recorder::body_slot);
+        let work = read_and_serve(
+            state.clone(),
+            identity.clone(),
+            parts,
+            route,
+            query,
+            body,
+            slot,
+        );
         // The slot is held until the handler is done, also past a timeout.
         let work = async move {
             let _slot = inflight_slot;
@@ -844,6 +1038,9 @@ async fn dispatch_unguarded(
             Ok(Ok(Ok(response))) => response,
             Ok(Ok(Err(panic))) => {
                 tracing::error!(%path, %panic, "a request handler panicked");
+                if let Some(recorder) = recorder.take() {
+                    recorder.panicked(&panic.to_string());
+                }
                 panicked()
             }
             Ok(Err(e)) => {
@@ -873,11 +1070,18 @@ async fn read_and_serve(
     route: Route,
     query: Query,
     body: RequestBody,
+    audit_body: Option<audit::BodySlot>,
 ) -> Response {
     let body = match read_body(body, &parts.method).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
+    if let Some(slot) = audit_body
+        && !body.is_empty()
+        && let Ok(mut slot) = slot.lock()
+    {
+        *slot = Some(body.clone());
+    }
     let served = authz::escalation::REQUESTER.scope(
         identity.clone(),
         serve(&state, &identity, &parts, &route, &query, &body),
@@ -1239,7 +1443,7 @@ fn authorize(
     route: &Route,
     query: &Query,
     path: &str,
-) -> Result<(), ApiError> {
+) -> Result<(), (ApiError, String)> {
     let verb;
     let attrs = match route {
         // Everyone may ask for health and the version (system:public-info-viewer).
@@ -1259,10 +1463,13 @@ fn authorize(
         }
         _ => authz::path_attributes(method, path),
     };
-    state
-        .authz
-        .check(identity, &attrs)
-        .map_err(|denial| authz::denied(identity, &attrs, denial))
+    state.authz.check(identity, &attrs).map_err(|denial| {
+        let reason = match &denial {
+            authz::Denial::NotAllowed(reason) => reason.clone().unwrap_or_default(),
+            authz::Denial::Restricted(message) => message.clone(),
+        };
+        (authz::denied(identity, &attrs, denial), reason)
+    })
 }
 
 /// Stores the default ClusterRoles and ClusterRoleBindings that are missing (Kubernetes's

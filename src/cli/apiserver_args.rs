@@ -1,16 +1,19 @@
 //! `--kube-apiserver-arg key=value`: the k3s way of tuning the API server, parsed into
-//! [`ServingLimits`].
+//! [`ServingLimits`] and the audit log's [`audit::Settings`].
 //!
 //! Owns the names and value syntax of the kube-apiserver flags k3rs honours (whole
 //! numbers, seconds, Go durations like `60s` or `1m30s`). Unlike the controller-manager's,
 //! an argument naming a flag k3rs does not implement is only warned about: k3s
 //! configurations commonly carry kube-apiserver flags (audit logs, admission plugins) that
 //! have no meaning here, and refusing them would stop such a server from starting. A bad
-//! value for a flag k3rs does honour is an error. No files, no network.
+//! value for a flag k3rs does honour is an error, and so is an `audit-policy-file` that
+//! cannot be read or is not a valid `audit.k8s.io/v1` Policy (the one file read here). No
+//! network.
 
 use std::time::Duration;
 
 use super::controller_manager::parse_go_duration;
+use crate::apiserver::audit;
 use crate::apiserver::limits::ServingLimits;
 
 /// The kube-apiserver flags k3rs honours, with a one-line description each.
@@ -37,18 +40,44 @@ pub const SUPPORTED: &[(&str, &str)] = &[
         "an EncryptionConfiguration file (apiserver.config.k8s.io/v1): resources encrypted \
          at rest (aesgcm and identity providers)",
     ),
+    (
+        "audit-log-path",
+        "file the audit log is written to, `-` for stdout (nothing is logged without a policy)",
+    ),
+    (
+        "audit-policy-file",
+        "audit.k8s.io/v1 Policy deciding what is logged (nothing is logged without it)",
+    ),
+    (
+        "audit-log-maxage",
+        "days to keep rotated audit log files; 0 is no limit (default 0)",
+    ),
+    (
+        "audit-log-maxbackup",
+        "rotated audit log files to keep; 0 is no limit (default 0)",
+    ),
+    (
+        "audit-log-maxsize",
+        "megabytes the audit log grows to before it is rotated; 0 is 100 (default 0)",
+    ),
 ];
 
-/// What [`parse_args`] returns.
-pub type Parsed = (ServingLimits, Option<std::path::PathBuf>, Vec<String>);
+/// What `--kube-apiserver-arg` sets: the serving limits, the
+/// `encryption-provider-config` file, the audit log, and the arguments k3rs ignores.
+pub type Parsed = (
+    ServingLimits,
+    Option<std::path::PathBuf>,
+    audit::Settings,
+    Vec<String>,
+);
 
 /// Applies `--kube-apiserver-arg` values (each `key=value`, an optional leading `--`
-/// ignored as k3s does) over kube-apiserver's defaults. Returns the limits and the
-/// `encryption-provider-config` file and the arguments k3rs ignores (to be logged); errors
-/// name the argument and say what is wrong.
+/// ignored as k3s does) over kube-apiserver's defaults. Returns [`Parsed`] (the ignored
+/// arguments are to be logged); errors name the argument and say what is wrong.
 pub fn parse_args(args: &[String]) -> Result<Parsed, (String, String)> {
     let mut limits = ServingLimits::default();
     let mut encryption = None;
+    let mut audit = audit::Settings::default();
     let mut ignored = Vec::new();
     for arg in args {
         let fail = |reason: String| (arg.clone(), reason);
@@ -85,10 +114,34 @@ pub fn parse_args(args: &[String]) -> Result<Parsed, (String, String)> {
                 }
                 encryption = Some(std::path::PathBuf::from(value));
             }
+            "audit-log-path" => {
+                if value.is_empty() {
+                    return Err(fail("expected a file name, or - for stdout".into()));
+                }
+                audit.path = Some(value.to_string());
+            }
+            "audit-policy-file" => {
+                let text = std::fs::read_to_string(value)
+                    .map_err(|e| fail(format!("cannot read {value}: {e}")))?;
+                let policy = audit::Policy::parse(&text)
+                    .map_err(|e| fail(format!("invalid audit policy in {value}: {e}")))?;
+                audit.policy = Some(std::sync::Arc::new(policy));
+            }
+            "audit-log-maxage" => audit.max_age_days = whole(value, "days").map_err(fail)?,
+            "audit-log-maxbackup" => {
+                audit.max_backups = whole(value, "files").map_err(fail)?;
+            }
+            "audit-log-maxsize" => audit.max_size_mb = whole(value, "megabytes").map_err(fail)?,
             _ => ignored.push(arg.clone()),
         }
     }
-    Ok((limits, encryption, ignored))
+    Ok((limits, encryption, audit, ignored))
+}
+
+fn whole(value: &str, unit: &str) -> Result<u32, String> {
+    value
+        .parse::<u32>()
+        .map_err(|_| format!("expected a whole number of {unit} (0 is no limit)"))
 }
 
 fn count(value: &str) -> Result<u32, String> {
@@ -107,7 +160,8 @@ mod tests {
 
     #[test]
     fn defaults_are_kubes() {
-        let (limits, _, ignored) = parse_args(&[]).expect("no args");
+        let (limits, _, audit, ignored) = parse_args(&[]).expect("no args");
+        assert!(audit.path.is_none() && audit.policy.is_none());
         assert_eq!(limits.max_requests_inflight, 400);
         assert_eq!(limits.max_mutating_requests_inflight, 200);
         assert_eq!(limits.request_timeout, Duration::from_secs(60));
@@ -117,15 +171,34 @@ mod tests {
 
     #[test]
     fn flags_apply() {
-        let (limits, _, ignored) = parse_args(&args(&[
+        let dir = tempfile::tempdir().expect("temp dir");
+        let policy = dir.path().join("policy.yaml");
+        std::fs::write(
+            &policy,
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+        )
+        .expect("write policy");
+        let policy_arg = format!("audit-policy-file={}", policy.display());
+        let (limits, _, audit, ignored) = parse_args(&args(&[
             "max-requests-inflight=10",
             "--max-mutating-requests-inflight=0",
             "request-timeout=1m30s",
             " min-request-timeout = 60 ",
             "audit-log-path=/var/log/audit.log",
+            &policy_arg,
+            "audit-log-maxage=30",
+            "audit-log-maxbackup=10",
+            "audit-log-maxsize=100",
+            "audit-log-mode=batch",
             "enable-admission-plugins=NodeRestriction,PodSecurity",
         ]))
         .expect("valid args");
+        assert_eq!(audit.path.as_deref(), Some("/var/log/audit.log"));
+        assert!(audit.policy.is_some());
+        assert_eq!(
+            (audit.max_age_days, audit.max_backups, audit.max_size_mb),
+            (30, 10, 100)
+        );
         assert_eq!(limits.max_requests_inflight, 10);
         assert_eq!(limits.max_mutating_requests_inflight, 0);
         assert_eq!(limits.request_timeout, Duration::from_secs(90));
@@ -133,7 +206,7 @@ mod tests {
         assert_eq!(
             ignored,
             args(&[
-                "audit-log-path=/var/log/audit.log",
+                "audit-log-mode=batch",
                 "enable-admission-plugins=NodeRestriction,PodSecurity"
             ])
         );
@@ -149,6 +222,11 @@ mod tests {
             "request-timeout=0s",
             "min-request-timeout=30m",
             "request-timeout",
+            "audit-log-maxsize=1.5",
+            "audit-log-maxage=-1",
+            "audit-log-maxbackup=ten",
+            "audit-log-path=",
+            "audit-policy-file=/nonexistent/policy.yaml",
         ] {
             let (arg, reason) = parse_args(&args(&[bad])).expect_err(bad);
             assert_eq!(arg, bad);

@@ -97,6 +97,8 @@ pub struct ServerConfig {
     pub controllers: crate::controllers::Config,
     /// The API server's limits: `--kube-apiserver-arg`.
     pub apiserver_limits: crate::apiserver::limits::ServingLimits,
+    /// The audit log (`--kube-apiserver-arg audit-*`; the policy file read and parsed).
+    pub audit: crate::apiserver::audit::Settings,
     /// The `--kube-apiserver-arg` items k3rs does not implement (logged at start).
     pub ignored_apiserver_args: Vec<String>,
     /// `--disable-agent`.
@@ -723,7 +725,7 @@ fn resolve(
     let controllers = super::controller_manager::parse_args(&kcm_args, cluster_cidr)
         .map_err(|(arg, reason)| s.invalid("kube-controller-manager-arg", &arg, reason))?;
     let apiserver_args = s.many("kube-apiserver-arg", |v| Ok(v.to_string()))?;
-    let (apiserver_limits, encryption_provider_config, ignored_apiserver_args) =
+    let (apiserver_limits, encryption_provider_config, audit, ignored_apiserver_args) =
         super::apiserver_args::parse_args(&apiserver_args)
             .map_err(|(arg, reason)| s.invalid("kube-apiserver-arg", &arg, reason))?;
     let cluster_init = s.flag("cluster-init");
@@ -793,6 +795,7 @@ fn resolve(
         controllers,
         apiserver_limits,
         ignored_apiserver_args,
+        audit,
         disable_agent,
         disable_controller_manager,
         disable_scheduler,

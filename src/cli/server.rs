@@ -308,6 +308,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         limits: config.apiserver_limits.clone(),
         pod_security: config.pod_security.clone(),
         encryption,
+        audit: config.audit.clone(),
     };
     for arg in &config.ignored_apiserver_args {
         tracing::warn!("k3rs ignores kube-apiserver arg {arg:?}: not implemented");
