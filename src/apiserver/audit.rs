@@ -124,6 +124,9 @@ pub struct ResourceAttributes<'a> {
     pub subresource: &'a str,
     pub namespace: &'a str,
     pub name: &'a str,
+    /// The kind a protobuf body without type information decodes as (empty for
+    /// subresources, whose bodies are other kinds).
+    pub kind: &'a str,
 }
 
 /// The level, stages left out and managed-fields omission that apply to one request.
@@ -472,11 +475,24 @@ impl Auditor {
             stage_timestamp: received,
             annotations: BTreeMap::new(),
         };
+        let body_type = attrs
+            .resource
+            .as_ref()
+            .map(|r| {
+                let api_version = if r.group.is_empty() {
+                    r.version.to_string()
+                } else {
+                    format!("{}/{}", r.group, r.version)
+                };
+                (api_version, r.kind.to_string())
+            })
+            .unwrap_or_default();
         let recorder = Recorder {
             auditor: self.clone(),
             decision,
             event,
             request_body: Arc::new(Mutex::new(None)),
+            body_type,
         };
         recorder.emit(Stage::RequestReceived);
         Some(recorder)
@@ -492,8 +508,9 @@ pub struct RequestFacts {
     pub received: SystemTime,
 }
 
-/// Where a handler leaves the request body it read, for `requestObject`.
-pub type BodySlot = Arc<Mutex<Option<bytes::Bytes>>>;
+/// Where a handler leaves the request body it read and its content type, for
+/// `requestObject`.
+pub type BodySlot = Arc<Mutex<Option<(bytes::Bytes, Option<String>)>>>;
 
 /// One audited request's event in the making.
 pub struct Recorder {
@@ -501,6 +518,8 @@ pub struct Recorder {
     decision: Decision,
     event: Event,
     request_body: BodySlot,
+    /// apiVersion and kind of a protobuf body without type information.
+    body_type: (String, String),
 }
 
 impl Recorder {
@@ -552,7 +571,7 @@ impl Recorder {
             .lock()
             .ok()
             .and_then(|mut slot| slot.take());
-        let Some(body) = body.filter(|b| !b.is_empty()) else {
+        let Some((body, content_type)) = body.filter(|(b, _)| !b.is_empty()) else {
             return;
         };
         let needs_name = self
@@ -563,7 +582,14 @@ impl Recorder {
         if self.decision.level < Level::Request && !needs_name {
             return;
         }
-        let Ok(mut object) = serde_json::from_slice::<Value>(&body) else {
+        let content_type = content_type.as_deref();
+        let decoded = if content_type.is_some_and(super::protobuf::is_protobuf) {
+            let (api_version, kind) = &self.body_type;
+            super::protobuf::decode_object_with_defaults(&body, api_version, kind).ok()
+        } else {
+            super::objects::decode_body(&body, content_type).ok()
+        };
+        let Some(mut object) = decoded else {
             return;
         };
         if let Some(object_ref) = &mut self.event.object_ref {
@@ -952,6 +978,7 @@ rules:
                     subresource,
                     namespace,
                     name,
+                    kind: "",
                 },
             ),
             path,

@@ -737,6 +737,11 @@ fn begin_audit(
                 subresource: target.subresource.as_deref().unwrap_or_default(),
                 namespace: target.namespace.as_deref().unwrap_or_default(),
                 name: target.name.as_deref().unwrap_or_default(),
+                kind: if target.subresource.is_none() {
+                    &target.info.kind
+                } else {
+                    ""
+                },
             }),
         ),
         _ => (authz::path_attributes(&parts.method, path).verb, None),
@@ -1080,7 +1085,12 @@ async fn read_and_serve(
         && !body.is_empty()
         && let Ok(mut slot) = slot.lock()
     {
-        *slot = Some(body.clone());
+        let content_type = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        *slot = Some((body.clone(), content_type));
     }
     let served = authz::escalation::REQUESTER.scope(
         identity.clone(),
