@@ -175,7 +175,8 @@ fn kubectl_requests_are_audited_as_the_policy_says() {
     // Discovery comes first; the get is kubectl's last request.
     let header = verbose
         .lines()
-        .filter_map(|line| {
+        .rev()
+        .find_map(|line| {
             let at = line.find("Audit-Id: ")?;
             let id: String = line[at + 10..]
                 .trim_start()
@@ -184,7 +185,6 @@ fn kubectl_requests_are_audited_as_the_policy_says() {
                 .collect();
             Some(id)
         })
-        .last()
         .unwrap_or_else(|| panic!("no Audit-Id header in kubectl's log: {verbose}"));
     let got = wait_for(
         &log,
