@@ -238,6 +238,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("token", Kind::One),
     ("token-file", Kind::One),
     ("cluster-init", Kind::Bool),
+    ("secrets-encryption", Kind::Bool),
     ("server", Kind::One),
     ("etcd-arg", Kind::Args),
     ("node-name", Kind::One),
