@@ -652,12 +652,7 @@ impl Recorder {
         self.set_code(code);
         if long_running {
             self.emit(Stage::ResponseStarted);
-            return response.map(|body| {
-                axum::body::Body::new(AuditedBody {
-                    body,
-                    recorder: Some(self),
-                })
-            });
+            return response.map(|body| super::body_with_guard(body, StreamEnd(Some(self))));
         }
         self.emit(Stage::ResponseComplete);
         response
@@ -715,35 +710,13 @@ impl Recorder {
     }
 }
 
-/// A streamed body that writes its request's ResponseComplete when it ends.
-struct AuditedBody {
-    body: axum::body::Body,
-    recorder: Option<Recorder>,
-}
+/// Writes its request's ResponseComplete when dropped: held by a streamed body until
+/// the stream ends.
+struct StreamEnd(Option<Recorder>);
 
-impl hyper::body::Body for AuditedBody {
-    type Data = bytes::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.body.size_hint()
-    }
-}
-
-impl Drop for AuditedBody {
+impl Drop for StreamEnd {
     fn drop(&mut self) {
-        if let Some(recorder) = self.recorder.take() {
+        if let Some(recorder) = self.0.take() {
             recorder.emit(Stage::ResponseComplete);
         }
     }

@@ -502,12 +502,7 @@ async fn serve_connection(
             let response = dispatch(state, identity, req).await;
             // The request stays active until its body is sent (a watch, for as long as it
             // streams).
-            Ok::<_, std::convert::Infallible>(response.map(|body| {
-                axum::body::Body::new(TrackedBody {
-                    body,
-                    _active: active,
-                })
-            }))
+            Ok::<_, std::convert::Infallible>(response.map(|body| body_with_guard(body, active)))
         }
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -600,13 +595,25 @@ impl Drop for ActiveRequest {
     }
 }
 
-/// A response body that keeps its request counted as active while it is sent.
-struct TrackedBody {
+/// A response body that holds `guard` until the body has been sent or dropped: a
+/// connection's request stays counted as active, an audited stream writes its
+/// ResponseComplete, when the guard drops.
+pub(crate) fn body_with_guard<G: Send + Unpin + 'static>(
     body: axum::body::Body,
-    _active: ActiveRequest,
+    guard: G,
+) -> axum::body::Body {
+    axum::body::Body::new(GuardedBody {
+        body,
+        _guard: guard,
+    })
 }
 
-impl hyper::body::Body for TrackedBody {
+struct GuardedBody<G> {
+    body: axum::body::Body,
+    _guard: G,
+}
+
+impl<G: Unpin> hyper::body::Body for GuardedBody<G> {
     type Data = bytes::Bytes;
     type Error = axum::Error;
 
