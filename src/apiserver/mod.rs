@@ -930,6 +930,15 @@ async fn dispatch_authenticated(
         _ => String::new(),
     };
     let public = matches!(route, Route::Healthz(_) | Route::Version);
+    // Every answer from here on is counted in the metrics and logged once.
+    let finish = |response: Response, path: &str| -> Response {
+        let code = response.status().as_u16();
+        state
+            .metrics
+            .observe(verb, &resource, code, started.elapsed());
+        tracing::debug!(user = %identity.user, verb, path, code, "request");
+        response
+    };
     // kube's in-flight limits apply after authentication and before authorization, to
     // network requests that are not long-running. The in-process components' requests
     // are not counted: they are the server's own, which kube's priority and fairness keeps
@@ -944,15 +953,7 @@ async fn dispatch_authenticated(
         {
             limits::Admission::Serve(slot) => slot,
             limits::Admission::Refuse => {
-                let response = limits::too_many_requests();
-                state.metrics.observe(
-                    verb,
-                    &resource,
-                    response.status().as_u16(),
-                    started.elapsed(),
-                );
-                tracing::debug!(user = %identity.user, verb, path = %parts.uri.path(), "too many requests in flight");
-                return response;
+                return finish(limits::too_many_requests(), parts.uri.path());
             }
         }
     };
@@ -977,15 +978,7 @@ async fn dispatch_authenticated(
         }
     }
     if let Err((denied, _)) = decision {
-        let response = denied.into_response();
-        state.metrics.observe(
-            verb,
-            &resource,
-            response.status().as_u16(),
-            started.elapsed(),
-        );
-        tracing::debug!(user = %identity.user, verb, path = %parts.uri.path(), "forbidden");
-        return response;
+        return finish(denied.into_response(), parts.uri.path());
     }
     // Node streams (logs, exec, attach, port-forward) keep the connection for the upgrade
     // and stream their bodies, so they take the request before any body is read.
@@ -1003,12 +996,7 @@ async fn dispatch_authenticated(
             )
             .into_response(),
         };
-        let code = response.status().as_u16();
-        state
-            .metrics
-            .observe(verb, &resource, code, started.elapsed());
-        tracing::debug!(user = %identity.user, verb, %path, code, "request");
-        return response;
+        return finish(response, &path);
     }
     let path = parts.uri.path().to_string();
     let response = if identity.is_anonymous() && !public {
@@ -1065,12 +1053,7 @@ async fn dispatch_authenticated(
             }
         }
     };
-    let code = response.status().as_u16();
-    state
-        .metrics
-        .observe(verb, &resource, code, started.elapsed());
-    tracing::debug!(user = %identity.user, verb, %path, code, "request");
-    response
+    finish(response, &path)
 }
 
 /// Reads a request's body and serves it with the requester recorded for escalation
