@@ -299,7 +299,7 @@ pub fn nft_render(data: &[u8]) {
         cluster_cidrs: vec!["10.42.0.0/16".into()],
     };
     for family in [crate::proxy::Family::V4, crate::proxy::Family::V6] {
-        let ruleset = crate::proxy::render::render(family, &ports, &options);
+        let ruleset = crate::proxy::table::render(family, &ports, &options);
         for name in ruleset.chains.keys().chain(ruleset.sets.keys()) {
             assert!(
                 name.len() <= 256

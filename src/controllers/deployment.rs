@@ -24,26 +24,23 @@ use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentCondition, DeploymentStatus, ReplicaSet, ReplicaSetSpec,
 };
-use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
-use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
+use serde_json::json;
 
 use super::RETRY;
 use super::events::{EventType, Recorder, reference};
 use super::workload::{
-    Adopter, ReconcileError, controller_of, controller_ref, now_secs, now_time, selector_matches,
+    Adopter, HASH_LABEL, ReconcileError, controller_of, controller_ref, now_secs, now_time,
+    same_template, selector_matches, template_hash,
 };
 
 /// Annotation carrying the rollout revision on Deployments and ReplicaSets.
 pub const REVISION_ANNOTATION: &str = "deployment.kubernetes.io/revision";
-/// Label distinguishing the ReplicaSets (and pods) of each template.
-pub const HASH_LABEL: &str = "pod-template-hash";
 /// Annotations copied from the Deployment to new ReplicaSets (rollout history shows it).
 const CHANGE_CAUSE: &str = "kubernetes.io/change-cause";
 
@@ -81,73 +78,8 @@ fn error_policy(d: Arc<Deployment>, error: &ReconcileError, _: Arc<Context>) -> 
 }
 
 // ---------------------------------------------------------------------------------
-// Pure helpers: template hash, surge / unavailable resolution, revisions, conditions.
-
-/// kube's `rand.SafeEncodeString` alphabet (no vowels, no confusable characters).
-const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-
-/// Writes a JSON value with object keys sorted, so the hash does not depend on map order.
-fn canonical_json(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                canonical_json(&map[key], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical_json(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
-}
-
-/// The template as JSON without the `pod-template-hash` label (what two templates are
-/// compared and hashed on).
-fn template_value(template: &PodTemplateSpec) -> Value {
-    let mut template = template.clone();
-    if let Some(labels) = template.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
-        labels.remove(HASH_LABEL);
-    }
-    serde_json::to_value(&template).unwrap_or(Value::Null)
-}
-
-/// A stable hash of a pod template (and the Deployment's collisionCount), encoded like
-/// kube's: the decimal form of a 32-bit digest, each digit mapped to a safe character.
-pub fn template_hash(template: &PodTemplateSpec, collision_count: Option<i32>) -> String {
-    let mut text = String::new();
-    canonical_json(&template_value(template), &mut text);
-    if let Some(count) = collision_count {
-        text.push_str(&count.to_string());
-    }
-    let digest = Sha256::digest(text.as_bytes());
-    let value = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
-    value
-        .to_string()
-        .bytes()
-        .map(|b| SAFE_ALPHABET[usize::from(b) % SAFE_ALPHABET.len()] as char)
-        .collect()
-}
-
-/// Whether two templates are equal apart from the `pod-template-hash` label.
-fn same_template(a: &PodTemplateSpec, b: &PodTemplateSpec) -> bool {
-    template_value(a) == template_value(b)
-}
+// Pure helpers: surge / unavailable resolution, revisions, conditions (the template
+// hash is in `workload`, which the other workload controllers share).
 
 /// Resolves an int-or-percent against `total`; percentages round up or down.
 pub fn scaled_value(value: &IntOrString, total: i32, round_up: bool) -> anyhow::Result<i32> {
@@ -932,7 +864,7 @@ async fn write_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 
     fn pct(s: &str) -> IntOrString {
         IntOrString::String(s.into())
@@ -992,7 +924,10 @@ mod tests {
         let h = template_hash(&a, None);
         assert_eq!(h, template_hash(&template("nginx:1"), None));
         assert!(!h.is_empty() && h.len() <= 10);
-        assert!(h.bytes().all(|b| SAFE_ALPHABET.contains(&b)));
+        assert!(
+            h.bytes()
+                .all(|b| super::super::workload::SAFE_ALPHABET.contains(&b))
+        );
         assert_ne!(h, template_hash(&template("nginx:2"), None));
         assert_ne!(h, template_hash(&a, Some(1)));
         let mut labeled = a.clone();

@@ -20,8 +20,77 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use super::deployment::template_hash;
 use super::pods::CachedPod;
+use sha2::{Digest, Sha256};
+
+/// Label distinguishing the ReplicaSets (and pods) of each Deployment template.
+pub const HASH_LABEL: &str = "pod-template-hash";
+
+/// kube's `rand.SafeEncodeString` alphabet (no vowels, no confusable characters).
+pub(crate) const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// Writes a JSON value with object keys sorted, so the hash does not depend on map order.
+fn canonical_json(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                canonical_json(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// The template as JSON without the `pod-template-hash` label (what two templates are
+/// compared and hashed on).
+fn template_value(template: &PodTemplateSpec) -> Value {
+    let mut template = template.clone();
+    if let Some(labels) = template.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
+        labels.remove(HASH_LABEL);
+    }
+    serde_json::to_value(&template).unwrap_or(Value::Null)
+}
+
+/// A stable hash of a pod template (and the Deployment's collisionCount), encoded like
+/// kube's: the decimal form of a 32-bit digest, each digit mapped to a safe character.
+pub fn template_hash(template: &PodTemplateSpec, collision_count: Option<i32>) -> String {
+    let mut text = String::new();
+    canonical_json(&template_value(template), &mut text);
+    if let Some(count) = collision_count {
+        text.push_str(&count.to_string());
+    }
+    let digest = Sha256::digest(text.as_bytes());
+    let value = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+    value
+        .to_string()
+        .bytes()
+        .map(|b| SAFE_ALPHABET[usize::from(b) % SAFE_ALPHABET.len()] as char)
+        .collect()
+}
+
+/// Whether two templates are equal apart from the `pod-template-hash` label.
+pub fn same_template(a: &PodTemplateSpec, b: &PodTemplateSpec) -> bool {
+    template_value(a) == template_value(b)
+}
 
 /// Status counts of a replicated-pods owner, as last written.
 #[derive(Clone, Debug, Default, PartialEq)]

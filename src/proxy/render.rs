@@ -39,7 +39,6 @@ use std::net::IpAddr;
 use sha2::{Digest, Sha256};
 
 use super::model::{Endpoint, ServicePort};
-pub use super::table::TableState;
 
 /// The mark `mark-for-masquerade` sets (kube-proxy's value).
 pub const MASQUERADE_MARK: &str = "0x4000";
@@ -474,12 +473,6 @@ pub(super) fn write_elements<'a>(
     if in_line > 0 {
         out.push_str(" }\n");
     }
-}
-
-/// Renders the table for `family`: the fixed part and every port, assembled as a full
-/// sync does.
-pub fn render(family: Family, ports: &[ServicePort], options: &RenderOptions) -> Ruleset {
-    TableState::build(family, options, ports).to_ruleset()
 }
 
 /// The table's fixed part: base chains, the shared sets and maps (declared empty; their

@@ -428,5 +428,11 @@ fn absorb(view: &mut Ruleset, fragment: &Fragment) {
     }
 }
 
+/// Renders the table for `family`: the fixed part and every port, assembled as a full
+/// sync does.
+pub fn render(family: Family, ports: &[ServicePort], options: &RenderOptions) -> Ruleset {
+    TableState::build(family, options, ports).to_ruleset()
+}
+
 #[cfg(test)]
 mod tests;

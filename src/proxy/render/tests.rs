@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::proxy::model::{Endpoint, Protocol, ServicePort};
+use crate::proxy::table::render;
 
 fn ip(text: &str) -> IpAddr {
     text.parse().expect("ip")

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use super::*;
 use crate::proxy::model::{Endpoint, Protocol};
-use crate::proxy::render::{ENDPOINT_MAPS, Slot, render, slot_home, slot_requests};
+use crate::proxy::render::{ENDPOINT_MAPS, Slot, slot_home, slot_requests};
 
 fn ip(text: &str) -> IpAddr {
     text.parse().expect("ip")
