@@ -19,6 +19,12 @@ type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
 
 /// A TLS client for `server` with the admin's certificate (`system:masters`).
 fn admin_tls(server: &Server) -> Arc<rustls::ClientConfig> {
+    tls_client(server, true)
+}
+
+/// A TLS client for `server` trusting its CA; with the admin's certificate or none
+/// (anonymous).
+fn tls_client(server: &Server, as_admin: bool) -> Arc<rustls::ClientConfig> {
     let tls_dir = server.dir.path().join("data/server/tls");
     let read = |name: &str| std::fs::read(tls_dir.join(name)).expect("server TLS file");
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -26,16 +32,21 @@ fn admin_tls(server: &Server) -> Arc<rustls::ClientConfig> {
     roots
         .add(CertificateDer::from_pem_slice(&read("server-ca.crt")).expect("server CA"))
         .expect("trust the server CA");
-    let certs = CertificateDer::pem_slice_iter(&read("client-admin.crt"))
-        .collect::<Result<Vec<_>, _>>()
-        .expect("admin certificate");
-    let key = PrivateKeyDer::from_pem_slice(&read("client-admin.key")).expect("admin key");
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .expect("TLS versions")
-        .with_root_certificates(roots)
-        .with_client_auth_cert(certs, key)
-        .expect("client certificate");
+        .with_root_certificates(roots);
+    let mut config = if as_admin {
+        let certs = CertificateDer::pem_slice_iter(&read("client-admin.crt"))
+            .collect::<Result<Vec<_>, _>>()
+            .expect("admin certificate");
+        let key = PrivateKeyDer::from_pem_slice(&read("client-admin.key")).expect("admin key");
+        builder
+            .with_client_auth_cert(certs, key)
+            .expect("client certificate")
+    } else {
+        builder.with_no_client_auth()
+    };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Arc::new(config)
 }
@@ -314,4 +325,28 @@ fn crds_cannot_shadow_built_in_resources() {
         "the built-in validation no longer ran"
     );
     assert!(stderr.contains("spec.rules[0].host"), "{stderr}");
+}
+
+/// The snapshot endpoint answers an unauthenticated client before reading its body: a
+/// client announcing a large upload that it never sends gets its 401 at once, and does
+/// not hold the server reading (issue 25 item 7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_endpoint_refuses_before_reading_a_body() {
+    let server = Server::start_with(&["--disable-controller-manager"]);
+    let anonymous = tls_client(&server, false);
+    let mut conn = connect(&server, &anonymous).await;
+    let head = "POST /k3rs/v1/etcd-snapshots HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{";
+    conn.write_all(head.as_bytes()).await.expect("send headers");
+    conn.flush().await.expect("flush");
+    let mut answer = vec![0u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut answer))
+        .await
+        .expect("no answer within 5 s: the server waited for the announced body");
+    let n = read.expect("read the answer");
+    let text = String::from_utf8_lossy(&answer[..n]);
+    assert!(
+        text.starts_with("HTTP/1.1 401"),
+        "expected 401 before the body, got: {text}"
+    );
 }

@@ -901,6 +901,9 @@ async fn dispatch_authenticated(
         }
     };
     if parts.uri.path().starts_with(snapshots::API_PREFIX) {
+        if let Err(e) = snapshots::authorize(&identity) {
+            return e.into_response();
+        }
         let body = match read_body(body, &parts.method).await {
             Ok(b) => b,
             Err(e) => return e.into_response(),
@@ -1003,7 +1006,8 @@ async fn dispatch_authenticated(
         ApiError::unauthorized().into_response()
     } else if long_running {
         let slot = recorder.as_ref().map(audit::Recorder::body_slot);
-        read_and_serve(
+        let annotations = recorder.as_ref().map(audit::Recorder::annotation_slot);
+        let work = read_and_serve(
             state.clone(),
             identity.clone(),
             parts,
@@ -1011,14 +1015,15 @@ async fn dispatch_authenticated(
             query,
             body,
             slot,
-        )
-        .await
+        );
+        audit::with_annotations(annotations, work).await
     } else {
         // kube's request timeout: past it the client gets a 504 and the handler goes on
         // in the background (a write still completes), as kube-apiserver's does. Reading
         // the body counts, so a slow upload is bounded too.
         let deadline = limits::request_deadline(&state.config.limits, &query);
         let slot = recorder.as_ref().map(audit::Recorder::body_slot);
+        let annotations = recorder.as_ref().map(audit::Recorder::annotation_slot);
         let work = read_and_serve(
             state.clone(),
             identity.clone(),
@@ -1031,7 +1036,7 @@ async fn dispatch_authenticated(
         // The slot is held until the handler is done, also past a timeout.
         let work = async move {
             let _slot = inflight_slot;
-            work.await
+            audit::with_annotations(annotations, work).await
         };
         let mut task = tokio::spawn(crate::panics::catch("apiserver", work));
         match tokio::time::timeout(deadline, &mut task).await {

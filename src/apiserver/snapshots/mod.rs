@@ -727,6 +727,26 @@ impl ScheduleClock {
     }
 }
 
+/// Whether `identity` may use the snapshot endpoints (members of `system:masters` only).
+/// The API server asks before it reads a request's body, so an unauthenticated client
+/// cannot make it buffer one.
+pub fn authorize(identity: &Identity) -> Result<(), ApiError> {
+    if identity.is_anonymous() {
+        return Err(ApiError::unauthorized());
+    }
+    if !identity.groups.iter().any(|g| g == "system:masters") {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!(
+                "User \"{}\" cannot manage etcd snapshots: only members of system:masters may",
+                identity.user
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Serves `/k3rs/v1/etcd-snapshots[...]`: admin (`system:masters`) only.
 pub async fn serve(
     manager: Option<&Arc<SnapshotManager>>,
@@ -748,19 +768,7 @@ async fn serve_inner(
     path: &str,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    if identity.is_anonymous() {
-        return Err(ApiError::unauthorized());
-    }
-    if !identity.groups.iter().any(|g| g == "system:masters") {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            format!(
-                "User \"{}\" cannot manage etcd snapshots: only members of system:masters may",
-                identity.user
-            ),
-        ));
-    }
+    authorize(identity)?;
     let Some(manager) = manager else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
