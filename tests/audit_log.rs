@@ -295,3 +295,88 @@ fn bad_policy_stops_the_server_at_start() {
         "{err}"
     );
 }
+
+/// PodSecurity writes kube's audit annotations: the enforce level a pod was checked at
+/// and, in a namespace labelled `audit: restricted`, the violations of that level — while
+/// the pod is admitted (enforce is privileged) and kubectl sees no warning.
+#[test]
+fn pod_security_audit_mode_annotates_the_event() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n  resources:\n  - group: \"\"\n    resources: [\"pods\"]\n- level: None\n",
+    )
+    .expect("write policy");
+    let log = dir.path().join("audit/audit.log");
+    let server = Server::start_in(
+        dir,
+        &[
+            "--kube-apiserver-arg",
+            &format!("audit-policy-file={}", policy.display()),
+            "--kube-apiserver-arg",
+            &format!("audit-log-path={}", log.display()),
+        ],
+    );
+    ok(&server, &["create", "namespace", "audited"]);
+    ok(
+        &server,
+        &[
+            "label",
+            "namespace",
+            "audited",
+            "pod-security.kubernetes.io/audit=restricted",
+        ],
+    );
+    let stderr = ok(
+        &server,
+        &[
+            "run",
+            "root",
+            "-n",
+            "audited",
+            "--image=busybox",
+            "--overrides",
+            r#"{"spec":{"containers":[{"name":"root","image":"busybox","securityContext":{"privileged":true}}]}}"#,
+        ],
+    );
+    assert!(
+        !stderr.contains("Warning"),
+        "no warn label, no warning: {stderr}"
+    );
+    let found = wait_for(&log, "the pod's create", |e| {
+        object_event(e, "create", "pods", "root") && field(e, "/stage") == "ResponseComplete"
+    });
+    let event = &found[0];
+    assert_eq!(
+        field(
+            event,
+            "/annotations/pod-security.kubernetes.io~1enforce-policy"
+        ),
+        "privileged:latest",
+        "{event}"
+    );
+    let violations = field(
+        event,
+        "/annotations/pod-security.kubernetes.io~1audit-violations",
+    );
+    assert!(
+        violations.starts_with("would violate PodSecurity \"restricted:latest\": ")
+            && violations.contains(
+                "privileged (container \"root\" must not set securityContext.privileged=true)"
+            ),
+        "{event}"
+    );
+    // A pod of an unlabelled namespace is checked at the default level, with nothing to report.
+    ok(&server, &["run", "plain", "--image=busybox"]);
+    let found = wait_for(&log, "the plain pod's create", |e| {
+        object_event(e, "create", "pods", "plain") && field(e, "/stage") == "ResponseComplete"
+    });
+    assert!(
+        found[0]
+            .pointer("/annotations/pod-security.kubernetes.io~1audit-violations")
+            .is_none(),
+        "{}",
+        found[0]
+    );
+}

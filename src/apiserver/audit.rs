@@ -492,6 +492,7 @@ impl Auditor {
             decision,
             event,
             request_body: Arc::new(Mutex::new(None)),
+            handler_annotations: AnnotationSlot::default(),
             body_type,
         };
         recorder.emit(Stage::RequestReceived);
@@ -512,12 +513,42 @@ pub struct RequestFacts {
 /// `requestObject`.
 pub type BodySlot = Arc<Mutex<Option<(bytes::Bytes, Option<String>)>>>;
 
+/// Where the request's handler (its admission plugins) leaves audit annotations, such as
+/// PodSecurity's `pod-security.kubernetes.io/audit-violations`.
+pub type AnnotationSlot = Arc<Mutex<BTreeMap<String, String>>>;
+
+tokio::task_local! {
+    static HANDLER_ANNOTATIONS: AnnotationSlot;
+}
+
+/// Adds an annotation to the audit event of the request being served; nothing when the
+/// request is not audited.
+pub fn annotate(key: &str, value: String) {
+    let _ = HANDLER_ANNOTATIONS.try_with(|slot| {
+        if let Ok(mut annotations) = slot.lock() {
+            annotations.insert(key.to_string(), value);
+        }
+    });
+}
+
+/// Runs `work` (a request's handler) with `slot` receiving its [`annotate`] calls.
+pub async fn with_annotations<F: std::future::Future>(
+    slot: Option<AnnotationSlot>,
+    work: F,
+) -> F::Output {
+    match slot {
+        Some(slot) => HANDLER_ANNOTATIONS.scope(slot, work).await,
+        None => work.await,
+    }
+}
+
 /// One audited request's event in the making.
 pub struct Recorder {
     auditor: Arc<Auditor>,
     decision: Decision,
     event: Event,
     request_body: BodySlot,
+    handler_annotations: AnnotationSlot,
     /// apiVersion and kind of a protobuf body without type information.
     body_type: (String, String),
 }
@@ -530,6 +561,11 @@ impl Recorder {
     /// The slot the handler fills with the request body.
     pub fn body_slot(&self) -> BodySlot {
         self.request_body.clone()
+    }
+
+    /// The slot the handler's [`annotate`] calls fill.
+    pub fn annotation_slot(&self) -> AnnotationSlot {
+        self.handler_annotations.clone()
     }
 
     pub fn impersonated(&mut self, who: &Identity) {
@@ -557,6 +593,10 @@ impl Recorder {
         if stage == Stage::RequestReceived {
             event.response_status = None;
             event.annotations.clear();
+        } else if let Ok(annotations) = self.handler_annotations.lock() {
+            event
+                .annotations
+                .extend(annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
         // Blocks when the writer is QUEUE events behind (kube's blocking mode); an error
         // means the writer is gone, and the event with it.

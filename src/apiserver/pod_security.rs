@@ -8,8 +8,8 @@
 //! refused pod (403), `Warning` lines for pods and workload templates, the 422 for bad
 //! labels on a namespace and the warnings about existing pods when a namespace's enforce
 //! level is raised. Every version label is evaluated as `latest` (the checks of this
-//! server's Kubernetes version). The audit mode is parsed and otherwise ignored until an
-//! audit log exists.
+//! server's Kubernetes version). The audit mode annotates the request's audit event
+//! (`pod-security.kubernetes.io/audit-violations`, as kube's).
 //!
 //! May not touch: the store or the watch cache (the caller hands in the namespace labels
 //! and the pods it reads), nor any other admission.
@@ -26,6 +26,11 @@ use super::status::ApiError;
 
 pub const ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
 pub const AUDIT_LABEL: &str = "pod-security.kubernetes.io/audit";
+/// Audit annotations, as kube's PodSecurity plugin writes them: the exemption that let a
+/// request through, the enforce level a pod was checked at, the audit level's violations.
+const EXEMPT_ANNOTATION: &str = "pod-security.kubernetes.io/exempt";
+const ENFORCE_POLICY_ANNOTATION: &str = "pod-security.kubernetes.io/enforce-policy";
+const AUDIT_VIOLATIONS_ANNOTATION: &str = "pod-security.kubernetes.io/audit-violations";
 pub const WARN_LABEL: &str = "pod-security.kubernetes.io/warn";
 
 /// A Pod Security Standard, least to most strict.
@@ -1253,6 +1258,19 @@ fn lookup_failed(namespace: &str) -> ApiError {
     ApiError::internal(format!("failed to lookup namespace {namespace:?}"))
 }
 
+/// Whether the request's namespace or user is exempt; says which in the audit event.
+fn exempt(config: &Config, request: &Request<'_>) -> bool {
+    let dimension = if config.exempt_namespace(request.namespace) {
+        "namespace"
+    } else if config.exempt_user(request.user) {
+        "user"
+    } else {
+        return false;
+    };
+    super::audit::annotate(EXEMPT_ANNOTATION, dimension.into());
+    true
+}
+
 fn admit_pod(
     config: &Config,
     request: &Request<'_>,
@@ -1271,11 +1289,12 @@ fn admit_pod(
     if request.subresource.is_some_and(|s| IGNORED.contains(&s)) {
         return Ok(Vec::new());
     }
-    if config.exempt_namespace(request.namespace) || config.exempt_user(request.user) {
+    if exempt(config, request) {
         return Ok(Vec::new());
     }
     let labels = namespace_labels.ok_or_else(|| lookup_failed(request.namespace))?;
     let (policy, errors) = policy_for(labels, &config.defaults);
+    super::audit::annotate(ENFORCE_POLICY_ANNOTATION, policy.enforce.to_string());
     if errors.is_empty() && policy.fully_privileged() {
         return Ok(Vec::new());
     }
@@ -1309,7 +1328,7 @@ fn admit_template(
     if request.subresource.is_some() {
         return Ok(Vec::new());
     }
-    if config.exempt_namespace(request.namespace) || config.exempt_user(request.user) {
+    if exempt(config, request) {
         return Ok(Vec::new());
     }
     // kube lets the write through when the namespace cannot be read (audit-only error).
@@ -1343,6 +1362,7 @@ fn evaluate_pod(
     enforce: bool,
 ) -> Outcome {
     if config.exempt_runtime_class(spec.runtime_class_name.as_deref()) {
+        super::audit::annotate(EXEMPT_ANNOTATION, "runtimeClass".into());
         return Ok(Vec::new());
     }
     if enforce {
@@ -1363,7 +1383,19 @@ fn evaluate_pod(
             return Err(error);
         }
     }
-    // Audit: no audit log yet, so nothing to annotate.
+    if policy.audit.level != Level::Privileged {
+        let violations = evaluate(policy.audit.level, annotations, spec);
+        if !violations.is_empty() {
+            super::audit::annotate(
+                AUDIT_VIOLATIONS_ANNOTATION,
+                format!(
+                    "would violate PodSecurity \"{}\": {}",
+                    policy.audit,
+                    forbidden_detail(&violations)
+                ),
+            );
+        }
+    }
     let violations = evaluate(policy.warn.level, annotations, spec);
     if violations.is_empty() {
         return Ok(Vec::new());
