@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k3rs::agent::containerd::{self, RuntimeOptions};
 use k3rs::agent::images::tar::TarWriter;
@@ -19,6 +19,10 @@ use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use support::images::TestImage;
 use support::runtime::RuntimeGuard;
+use support::wait_for_every;
+
+/// How often a `wait_for_every` here polls.
+const POLL: Duration = Duration::from_millis(200);
 
 const POD_CIDR: &str = "10.99.0.0/24";
 
@@ -53,21 +57,6 @@ fn options(base: &Path) -> RuntimeOptions {
     opts.run_dir = base.join("run");
     opts.private_registry = base.join("registries.yaml");
     opts
-}
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 async fn image_present(channel: tonic::transport::Channel, image: &str) -> bool {
@@ -196,7 +185,7 @@ async fn containerd_images_sandbox_container_restart() {
     TestImage::busybox()
         .name("k3rs.test/late:2")
         .write_to(&paths.images_dir);
-    wait_for("the late image", Duration::from_secs(30), || {
+    wait_for_every("the late image", Duration::from_secs(30), POLL, || {
         let ch = channel.clone();
         async move { image_present(ch, "k3rs.test/late:2").await.then_some(()) }
     })
@@ -305,13 +294,18 @@ async fn containerd_images_sandbox_container_restart() {
     .await
     .expect("StartContainer");
     let log_file = pod_logs.join("main/0.log");
-    let log = wait_for("the container's log line", Duration::from_secs(30), || {
-        let f = log_file.clone();
-        async move {
-            let t = std::fs::read_to_string(&f).unwrap_or_default();
-            t.contains("hello-from-k3rs").then_some(t)
-        }
-    })
+    let log = wait_for_every(
+        "the container's log line",
+        Duration::from_secs(30),
+        POLL,
+        || {
+            let f = log_file.clone();
+            async move {
+                let t = std::fs::read_to_string(&f).unwrap_or_default();
+                t.contains("hello-from-k3rs").then_some(t)
+            }
+        },
+    )
     .await;
     // CRI log format: <RFC3339Nano> stdout F <line>
     let line = log
@@ -324,9 +318,10 @@ async fn containerd_images_sandbox_container_restart() {
     // Kill containerd: the supervisor restarts it, the container keeps running.
     // SAFETY: kill(2) on the containerd this test started.
     assert_eq!(unsafe { libc::kill(first_pid as i32, libc::SIGKILL) }, 0);
-    let second_pid = wait_for(
+    let second_pid = wait_for_every(
         "containerd to be restarted",
         Duration::from_secs(30),
+        POLL,
         || {
             let pid = runtime.containerd_pid();
             async move { pid.filter(|p| *p != first_pid) }
@@ -339,21 +334,26 @@ async fn containerd_images_sandbox_container_restart() {
         log_text.contains("containerd exited; restarting it"),
         "{log_text}"
     );
-    let running = wait_for("CRI after the restart", Duration::from_secs(30), || {
-        let ch = channel.clone();
-        let id = container_id.clone();
-        async move {
-            let mut c = RuntimeServiceClient::new(ch);
-            let s = c
-                .container_status(cri::ContainerStatusRequest {
-                    container_id: id,
-                    verbose: false,
-                })
-                .await
-                .ok()?;
-            s.into_inner().status.map(|s| s.state)
-        }
-    })
+    let running = wait_for_every(
+        "CRI after the restart",
+        Duration::from_secs(30),
+        POLL,
+        || {
+            let ch = channel.clone();
+            let id = container_id.clone();
+            async move {
+                let mut c = RuntimeServiceClient::new(ch);
+                let s = c
+                    .container_status(cri::ContainerStatusRequest {
+                        container_id: id,
+                        verbose: false,
+                    })
+                    .await
+                    .ok()?;
+                s.into_inner().status.map(|s| s.state)
+            }
+        },
+    )
     .await;
     assert_eq!(running, cri::ContainerState::ContainerRunning as i32);
 

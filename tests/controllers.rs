@@ -14,7 +14,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::Server;
+use support::{Server, wait_for};
 
 const NS: &str = "default";
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -39,22 +39,6 @@ fn deployment(name: &str, replicas: i32, image: &str, strategy: Value) -> Deploy
         }
     }))
     .expect("deployment")
-}
-
-/// Polls `check` until it returns Some, or panics with `what` after TIMEOUT.
-async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn is_ready(pod: &Pod) -> bool {
@@ -127,17 +111,21 @@ fn condition(d: &Deployment, type_: &str) -> Option<(String, String)> {
 /// Waits until the rollout of `name` is complete as `kubectl rollout status` sees it.
 async fn wait_complete(client: &kube::Client, name: &str, replicas: i32) -> Deployment {
     let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
-    wait_for(&format!("rollout of {name} to complete"), || async {
-        mark_all_ready(client, name).await;
-        let d = api.get(name).await.ok()?;
-        let status = d.status.clone()?;
-        let done = status.observed_generation >= d.metadata.generation
-            && status.updated_replicas == Some(replicas)
-            && status.replicas == Some(replicas)
-            && status.available_replicas == Some(replicas)
-            && condition(&d, "Progressing").is_some_and(|(_, r)| r == "NewReplicaSetAvailable");
-        done.then_some(d)
-    })
+    wait_for(
+        &format!("rollout of {name} to complete"),
+        TIMEOUT,
+        || async {
+            mark_all_ready(client, name).await;
+            let d = api.get(name).await.ok()?;
+            let status = d.status.clone()?;
+            let done = status.observed_generation >= d.metadata.generation
+                && status.updated_replicas == Some(replicas)
+                && status.replicas == Some(replicas)
+                && status.available_replicas == Some(replicas)
+                && condition(&d, "Progressing").is_some_and(|(_, r)| r == "NewReplicaSetAvailable");
+            done.then_some(d)
+        },
+    )
     .await
 }
 
@@ -195,7 +183,7 @@ async fn deployment_creates_replicaset_and_owned_pods() {
     .await
     .expect("create deployment");
 
-    let rs = wait_for("one replicaset", || async {
+    let rs = wait_for("one replicaset", TIMEOUT, || async {
         let sets = replicasets(&client, "web").await;
         (sets.len() == 1).then(|| sets[0].clone())
     })
@@ -236,7 +224,7 @@ async fn deployment_creates_replicaset_and_owned_pods() {
         ("Deployment", "web", Some(true))
     );
 
-    let created = wait_for("3 pods", || async {
+    let created = wait_for("3 pods", TIMEOUT, || async {
         let p = pods(&client, "web").await;
         (p.len() == 3).then_some(p)
     })
@@ -260,7 +248,7 @@ async fn deployment_creates_replicaset_and_owned_pods() {
     }
 
     // Nothing ready yet: Available is False.
-    wait_for("Available=False", || async {
+    wait_for("Available=False", TIMEOUT, || async {
         let d = api.get("web").await.ok()?;
         (condition(&d, "Available") == Some(("False".into(), "MinimumReplicasUnavailable".into())))
             .then_some(())
@@ -333,7 +321,7 @@ async fn scaling_and_replacing_deleted_pods() {
     .expect("create deployment");
     for replicas in [2usize, 5, 1] {
         set_replicas(&client, "app", replicas as i32).await;
-        wait_for(&format!("{replicas} pods"), || async {
+        wait_for(&format!("{replicas} pods"), TIMEOUT, || async {
             (pods(&client, "app").await.len() == replicas).then_some(())
         })
         .await;
@@ -356,7 +344,7 @@ async fn scaling_and_replacing_deleted_pods() {
         .delete(&victim, &DeleteParams::default())
         .await
         .expect("delete pod");
-    let replacement = wait_for("a replacement pod", || async {
+    let replacement = wait_for("a replacement pod", TIMEOUT, || async {
         let p = pods(&client, "app").await;
         (p.len() == 1 && p[0].metadata.name.as_deref() != Some(&victim)).then(|| p[0].clone())
     })
@@ -397,7 +385,7 @@ async fn replicaset_adopts_and_releases_pods() {
         .await
         .expect("create rs");
     // The orphan is adopted and only one more pod is created.
-    wait_for("adoption and 2 pods", || async {
+    wait_for("adoption and 2 pods", TIMEOUT, || async {
         let p = pods(&client, "solo").await;
         let adopted = p.iter().any(|p| {
             p.metadata.name.as_deref() == Some("orphan")
@@ -418,7 +406,7 @@ async fn replicaset_adopts_and_releases_pods() {
         )
         .await
         .expect("relabel");
-    wait_for("release and replacement", || async {
+    wait_for("release and replacement", TIMEOUT, || async {
         let released = pod_api.get("orphan").await.ok()?;
         let free = released
             .metadata
@@ -429,7 +417,7 @@ async fn replicaset_adopts_and_releases_pods() {
     })
     .await;
     // Status of a plain ReplicaSet.
-    wait_for("rs status replicas 2", || async {
+    wait_for("rs status replicas 2", TIMEOUT, || async {
         let rs = rs_api.get("solo").await.ok()?;
         (rs.status?.replicas == 2).then_some(())
     })
@@ -555,7 +543,7 @@ async fn recreate_and_progress_deadline() {
         .await
         .expect("create deployment");
     // Nobody marks the pods ready: the rollout times out.
-    let timed_out = wait_for("ProgressDeadlineExceeded", || async {
+    let timed_out = wait_for("ProgressDeadlineExceeded", TIMEOUT, || async {
         let d = api.get("re").await.ok()?;
         (condition(&d, "Progressing") == Some(("False".into(), "ProgressDeadlineExceeded".into())))
             .then_some(d)
@@ -576,7 +564,7 @@ async fn recreate_and_progress_deadline() {
     // Recreate: the old ReplicaSet is at zero before the new one exists.
     set_image(&client, "re", "nginx:2").await;
     let rs_api: Api<ReplicaSet> = Api::namespaced(client.clone(), NS);
-    wait_for("a second replicaset", || async {
+    wait_for("a second replicaset", TIMEOUT, || async {
         let sets = replicasets(&client, "re").await;
         if sets.len() < 2 {
             return None;
@@ -609,7 +597,7 @@ async fn recreate_and_progress_deadline() {
     // prunes the oldest.
     set_image(&client, "re", "nginx:3").await;
     wait_complete(&client, "re", 2).await;
-    wait_for("history pruned to one old replicaset", || async {
+    wait_for("history pruned to one old replicaset", TIMEOUT, || async {
         let sets = rs_api
             .list(&ListParams::default().labels("app=re"))
             .await
@@ -646,7 +634,7 @@ async fn paused_deployment_does_not_roll_out_until_resumed() {
     .await
     .expect("pause");
     set_image(&client, "pause", "nginx:2").await;
-    wait_for("Progressing=Unknown DeploymentPaused", || async {
+    wait_for("Progressing=Unknown DeploymentPaused", TIMEOUT, || async {
         let d = api.get("pause").await.ok()?;
         (condition(&d, "Progressing") == Some(("Unknown".into(), "DeploymentPaused".into())))
             .then_some(())
@@ -717,13 +705,13 @@ async fn replicaset_available_after_min_ready_seconds() {
         .create(&PostParams::default(), &rs)
         .await
         .expect("create rs");
-    wait_for("2 pods", || async {
+    wait_for("2 pods", TIMEOUT, || async {
         (pods(&client, "slow").await.len() == 2).then_some(())
     })
     .await;
     let marked = Instant::now();
     mark_all_ready(&client, "slow").await;
-    wait_for("2 ready", || async {
+    wait_for("2 ready", TIMEOUT, || async {
         let status = rs_api.get("slow").await.ok()?.status?;
         (status.ready_replicas == Some(2)).then_some(status)
     })
@@ -741,7 +729,7 @@ async fn replicaset_available_after_min_ready_seconds() {
             "available before minReadySeconds"
         );
     }
-    wait_for("2 available", || async {
+    wait_for("2 available", TIMEOUT, || async {
         let status = rs_api.get("slow").await.ok()?.status?;
         (status.available_replicas == Some(2)).then_some(())
     })

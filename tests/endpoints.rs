@@ -5,35 +5,19 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Endpoints, Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::Server;
+use support::{Server, wait_for};
 
 const NS: &str = "default";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 async fn client(server: &Server) -> kube::Client {
     server.client().await
-}
-
-/// Polls `check` until it returns Some, or panics with `what` after TIMEOUT.
-async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// A pod bound to `node-a` whose container exposes `ports` ([(name, port)]).
@@ -180,7 +164,7 @@ async fn services_get_endpoints_and_slices_of_their_pods() {
     create_service(&client, "web-all", json!(8080), true).await;
 
     let want = set([ep("10.42.0.1", 8080, true), ep("10.42.0.2", 9090, false)]);
-    wait_for("endpoints of web", || async {
+    wait_for("endpoints of web", TIMEOUT, || async {
         (endpoints(&client, "web").await? == want).then_some(())
     })
     .await;
@@ -189,7 +173,7 @@ async fn services_get_endpoints_and_slices_of_their_pods() {
         ep("10.42.0.2", 8080, true),
         ep("10.42.0.3", 8080, true),
     ]);
-    wait_for("endpoints of web-all", || async {
+    wait_for("endpoints of web-all", TIMEOUT, || async {
         (endpoints(&client, "web-all").await? == want_all).then_some(())
     })
     .await;
@@ -220,7 +204,7 @@ async fn services_get_endpoints_and_slices_of_their_pods() {
         es("10.42.0.2", 9090, false, false, false),
         es("10.42.0.3", 0, true, true, false),
     ]);
-    wait_for("endpointslices of web", || async {
+    wait_for("endpointslices of web", TIMEOUT, || async {
         (slices(&client, "web").await == want_slices).then_some(())
     })
     .await;
@@ -275,7 +259,7 @@ async fn services_get_endpoints_and_slices_of_their_pods() {
         es("10.42.0.2", 8080, true, true, false),
         es("10.42.0.3", 8080, true, true, false),
     ]);
-    wait_for("endpointslices of web-all", || async {
+    wait_for("endpointslices of web-all", TIMEOUT, || async {
         (slices(&client, "web-all").await == want_all_slices).then_some(())
     })
     .await;
@@ -283,7 +267,7 @@ async fn services_get_endpoints_and_slices_of_their_pods() {
     // web-b becomes ready: it moves to addresses / ready=true.
     set_status(&client, "web-b", "10.42.0.2", true).await;
     let want = set([ep("10.42.0.1", 8080, true), ep("10.42.0.2", 9090, true)]);
-    wait_for("web-b ready in endpoints", || async {
+    wait_for("web-b ready in endpoints", TIMEOUT, || async {
         (endpoints(&client, "web").await? == want).then_some(())
     })
     .await;
@@ -292,7 +276,7 @@ async fn services_get_endpoints_and_slices_of_their_pods() {
         es("10.42.0.2", 9090, true, true, false),
         es("10.42.0.3", 0, true, true, false),
     ]);
-    wait_for("web-b ready in slices", || async {
+    wait_for("web-b ready in slices", TIMEOUT, || async {
         (slices(&client, "web").await == want_slices).then_some(())
     })
     .await;
@@ -314,16 +298,21 @@ async fn services_get_endpoints_and_slices_of_their_pods() {
             .expect("relabel web-a");
         wait_for(
             &format!("web-a labelled app={app} in endpoints"),
+            TIMEOUT,
             || async { (endpoints(&client, "web").await? == want).then_some(()) },
         )
         .await;
-        wait_for(&format!("web-a labelled app={app} in slices"), || async {
-            let now = slices(&client, "web")
-                .await
-                .iter()
-                .any(|(ip, ..)| ip == "10.42.0.1");
-            (now == (app == "web")).then_some(())
-        })
+        wait_for(
+            &format!("web-a labelled app={app} in slices"),
+            TIMEOUT,
+            || async {
+                let now = slices(&client, "web")
+                    .await
+                    .iter()
+                    .any(|(ip, ..)| ip == "10.42.0.1");
+                (now == (app == "web")).then_some(())
+            },
+        )
         .await;
     }
 
@@ -332,7 +321,7 @@ async fn services_get_endpoints_and_slices_of_their_pods() {
         .await
         .expect("delete web-a");
     let want = set([ep("10.42.0.2", 9090, true)]);
-    wait_for("web-a gone from endpoints", || async {
+    wait_for("web-a gone from endpoints", TIMEOUT, || async {
         (endpoints(&client, "web").await? == want).then_some(())
     })
     .await;
@@ -340,7 +329,7 @@ async fn services_get_endpoints_and_slices_of_their_pods() {
         es("10.42.0.2", 9090, true, true, false),
         es("10.42.0.3", 0, true, true, false),
     ]);
-    wait_for("web-a gone from slices", || async {
+    wait_for("web-a gone from slices", TIMEOUT, || async {
         (slices(&client, "web").await == want_slices).then_some(())
     })
     .await;
@@ -350,7 +339,7 @@ async fn services_get_endpoints_and_slices_of_their_pods() {
     pods.delete("web-b", &DeleteParams::default().grace_period(60))
         .await
         .expect("delete web-b");
-    wait_for("web-b terminating out of endpoints", || async {
+    wait_for("web-b terminating out of endpoints", TIMEOUT, || async {
         endpoints(&client, "web").await?.is_empty().then_some(())
     })
     .await;
@@ -358,7 +347,7 @@ async fn services_get_endpoints_and_slices_of_their_pods() {
         es("10.42.0.2", 9090, false, true, true),
         es("10.42.0.3", 0, true, true, false),
     ]);
-    wait_for("web-b terminating in slices", || async {
+    wait_for("web-b terminating in slices", TIMEOUT, || async {
         (slices(&client, "web").await == want_slices).then_some(())
     })
     .await;
@@ -368,11 +357,11 @@ async fn services_get_endpoints_and_slices_of_their_pods() {
         .delete("web", &DeleteParams::default())
         .await
         .expect("delete service");
-    wait_for("endpoints of web deleted", || async {
+    wait_for("endpoints of web deleted", TIMEOUT, || async {
         endpoints(&client, "web").await.is_none().then_some(())
     })
     .await;
-    wait_for("slices of web deleted", || async {
+    wait_for("slices of web deleted", TIMEOUT, || async {
         let list = slice_api
             .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
             .await
@@ -407,9 +396,11 @@ async fn every_namespace_gets_a_default_serviceaccount() {
     let client = client(&server).await;
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-        wait_for(&format!("default serviceaccount in {ns}"), || async {
-            api.get_opt("default").await.ok()?.map(|_| ())
-        })
+        wait_for(
+            &format!("default serviceaccount in {ns}"),
+            TIMEOUT,
+            || async { api.get_opt("default").await.ok()?.map(|_| ()) },
+        )
         .await;
     }
 
@@ -421,7 +412,7 @@ async fn every_namespace_gets_a_default_serviceaccount() {
         .await
         .expect("create namespace");
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), "team-a");
-    wait_for("default serviceaccount in team-a", || async {
+    wait_for("default serviceaccount in team-a", TIMEOUT, || async {
         api.get_opt("default").await.ok()?.map(|_| ())
     })
     .await;
@@ -431,7 +422,7 @@ async fn every_namespace_gets_a_default_serviceaccount() {
     api.delete("default", &DeleteParams::default())
         .await
         .expect("delete serviceaccount");
-    wait_for("default serviceaccount re-created", || async {
+    wait_for("default serviceaccount re-created", TIMEOUT, || async {
         let sa = api.get_opt("default").await.ok()??;
         (sa.metadata.uid != first_uid).then_some(())
     })

@@ -12,29 +12,13 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
-use support::Server;
+use support::{Server, wait_for};
 
 const NS: &str = "default";
 const TIMEOUT: Duration = Duration::from_secs(45);
 
 async fn client(server: &Server) -> kube::Client {
     server.client().await
-}
-
-/// Polls `check` until it returns Some, or panics with `what` after TIMEOUT.
-async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn template(app: &str) -> serde_json::Value {
@@ -80,7 +64,7 @@ async fn replicasets(client: &kube::Client, app: &str) -> Vec<ReplicaSet> {
 }
 
 async fn wait_pods(client: &kube::Client, app: &str, n: usize) -> Vec<Pod> {
-    wait_for(&format!("{n} pods of {app}"), || async {
+    wait_for(&format!("{n} pods of {app}"), TIMEOUT, || async {
         let pods = pods(client, app).await;
         (pods.len() == n).then_some(pods)
     })
@@ -88,10 +72,14 @@ async fn wait_pods(client: &kube::Client, app: &str, n: usize) -> Vec<Pod> {
 }
 
 async fn wait_all_gone(client: &kube::Client, app: &str) {
-    wait_for(&format!("replicasets and pods of {app} gone"), || async {
-        (replicasets(client, app).await.is_empty() && pods(client, app).await.is_empty())
-            .then_some(())
-    })
+    wait_for(
+        &format!("replicasets and pods of {app} gone"),
+        TIMEOUT,
+        || async {
+            (replicasets(client, app).await.is_empty() && pods(client, app).await.is_empty())
+                .then_some(())
+        },
+    )
     .await;
 }
 
@@ -185,7 +173,7 @@ async fn orphan_delete_of_replicaset_keeps_pods_without_owner() {
         .delete("orph", &DeleteParams::orphan())
         .await
         .expect("delete replicaset");
-    wait_for("replicaset gone", || async {
+    wait_for("replicaset gone", TIMEOUT, || async {
         replicasets_api
             .get_opt("orph")
             .await
@@ -246,7 +234,7 @@ async fn dependent_with_two_owners_survives_one() {
     api.delete("owner-a", &DeleteParams::default())
         .await
         .expect("delete owner-a");
-    let refs = wait_for("dangling reference removed", || async {
+    let refs = wait_for("dangling reference removed", TIMEOUT, || async {
         let child = api.get_opt("child").await.expect("get")?;
         let refs = child.metadata.owner_references.unwrap_or_default();
         (refs.len() == 1).then_some(refs)
@@ -260,7 +248,7 @@ async fn dependent_with_two_owners_survives_one() {
     api.delete("owner-b", &DeleteParams::default())
         .await
         .expect("delete owner-b");
-    wait_for("child collected", || async {
+    wait_for("child collected", TIMEOUT, || async {
         api.get_opt("child")
             .await
             .expect("get")
@@ -331,7 +319,7 @@ async fn objects_owned_by_a_new_custom_resource_are_collected() {
         "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"}
     }))
     .expect("widget");
-    let widget = wait_for("custom resource served", || async {
+    let widget = wait_for("custom resource served", TIMEOUT, || async {
         widgets.create(&PostParams::default(), &widget).await.ok()
     })
     .await;
@@ -360,14 +348,18 @@ async fn objects_owned_by_a_new_custom_resource_are_collected() {
         .delete("w1", &DeleteParams::default())
         .await
         .expect("delete widget");
-    wait_for("configmap owned by the widget collected", || async {
-        configmaps
-            .get_opt("widget-config")
-            .await
-            .expect("get")
-            .is_none()
-            .then_some(())
-    })
+    wait_for(
+        "configmap owned by the widget collected",
+        TIMEOUT,
+        || async {
+            configmaps
+                .get_opt("widget-config")
+                .await
+                .expect("get")
+                .is_none()
+                .then_some(())
+        },
+    )
     .await;
 }
 
@@ -414,7 +406,7 @@ async fn events_are_never_collected() {
         .delete("event-owner", &DeleteParams::default())
         .await
         .expect("delete owner");
-    wait_for("the owned ConfigMap collected", || async {
+    wait_for("the owned ConfigMap collected", TIMEOUT, || async {
         configmaps
             .get_opt("owned-configmap")
             .await

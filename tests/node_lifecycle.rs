@@ -8,30 +8,17 @@ mod support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Endpoints, Event, Node, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::Server;
+use support::{Server, wait_for_every};
 
-/// Polls `f` until it returns Some, or panics after `timeout`.
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+/// How often a `wait_for_every` here polls.
+const POLL: Duration = Duration::from_millis(200);
 
 fn micro_now() -> String {
     let now = std::time::SystemTime::now()
@@ -251,9 +238,10 @@ async fn unreachable_node_is_tainted_its_pods_move_and_taints_go_when_it_returns
         "{tolerations:?}"
     );
 
-    let on_a = eventually(
+    let on_a = wait_for_every(
         "deployment pods bound to node-a",
         Duration::from_secs(30),
+        POLL,
         || async {
             let list = pods
                 .list(&ListParams::default().labels("app=web"))
@@ -282,20 +270,26 @@ async fn unreachable_node_is_tainted_its_pods_move_and_taints_go_when_it_returns
     tokio::time::sleep(Duration::from_secs(1)).await;
     a_alive.store(false, Ordering::SeqCst);
 
-    let unknown = eventually("node-a Ready=Unknown", Duration::from_secs(20), || async {
-        let node = nodes.get("node-a").await.ok()?;
-        let ready = ready_condition(&node)?;
-        (ready.status == "Unknown").then_some(ready)
-    })
+    let unknown = wait_for_every(
+        "node-a Ready=Unknown",
+        Duration::from_secs(20),
+        POLL,
+        || async {
+            let node = nodes.get("node-a").await.ok()?;
+            let ready = ready_condition(&node)?;
+            (ready.status == "Unknown").then_some(ready)
+        },
+    )
     .await;
     assert_eq!(unknown.reason.as_deref(), Some("NodeStatusUnknown"));
     assert_eq!(
         unknown.message.as_deref(),
         Some("Kubelet stopped posting node status.")
     );
-    let tainted = eventually(
+    let tainted = wait_for_every(
         "node-a unreachable taints",
         Duration::from_secs(20),
+        POLL,
         || async {
             let node = nodes.get("node-a").await.ok()?;
             let t = taints(&node);
@@ -324,20 +318,26 @@ async fn unreachable_node_is_tainted_its_pods_move_and_taints_go_when_it_returns
     );
 
     // NodeNotReady on the node; its pods marked Ready=False.
-    let not_ready = eventually("NodeNotReady event", Duration::from_secs(10), || async {
-        events_with(&client, "NodeNotReady")
-            .await
-            .into_iter()
-            .find(|e| e.involved_object.kind.as_deref() == Some("Node"))
-    })
+    let not_ready = wait_for_every(
+        "NodeNotReady event",
+        Duration::from_secs(10),
+        POLL,
+        || async {
+            events_with(&client, "NodeNotReady")
+                .await
+                .into_iter()
+                .find(|e| e.involved_object.kind.as_deref() == Some("Node"))
+        },
+    )
     .await;
     assert_eq!(
         not_ready.message.as_deref(),
         Some("Node node-a status is now: NodeNotReady")
     );
-    eventually(
+    wait_for_every(
         "forever pod marked not ready",
         Duration::from_secs(10),
+        POLL,
         || async {
             let pod = pods.get("forever").await.ok()?;
             (pod_ready(&pod).as_deref() == Some("False")).then_some(())
@@ -346,9 +346,10 @@ async fn unreachable_node_is_tainted_its_pods_move_and_taints_go_when_it_returns
     .await;
 
     // The Deployment's pods are evicted after their 2 s and replaced on node-b.
-    eventually(
+    wait_for_every(
         "pods evicted from node-a and replaced on node-b",
         Duration::from_secs(30),
+        POLL,
         || async {
             let list = pods
                 .list(&ListParams::default().labels("app=web"))
@@ -388,10 +389,15 @@ async fn unreachable_node_is_tainted_its_pods_move_and_taints_go_when_it_returns
     // node-a comes back: heartbeats and Ready=True again; the taints go.
     a_alive.store(true, Ordering::SeqCst);
     post_ready(&client, "node-a", "True").await;
-    eventually("node-a taints removed", Duration::from_secs(20), || async {
-        let node = nodes.get("node-a").await.ok()?;
-        taints(&node).is_empty().then_some(())
-    })
+    wait_for_every(
+        "node-a taints removed",
+        Duration::from_secs(20),
+        POLL,
+        || async {
+            let node = nodes.get("node-a").await.ok()?;
+            taints(&node).is_empty().then_some(())
+        },
+    )
     .await;
     assert!(
         pods.get("forever")
@@ -412,14 +418,20 @@ async fn all_nodes_down_means_no_evictions() {
     let client = server.client().await;
     let nodes: Api<Node> = Api::all(client.clone());
     fake_node(&client, "lonely").await;
-    eventually("lonely Ready=Unknown", Duration::from_secs(20), || async {
-        let node = nodes.get("lonely").await.ok()?;
-        (ready_condition(&node)?.status == "Unknown").then_some(())
-    })
+    wait_for_every(
+        "lonely Ready=Unknown",
+        Duration::from_secs(20),
+        POLL,
+        || async {
+            let node = nodes.get("lonely").await.ok()?;
+            (ready_condition(&node)?.status == "Unknown").then_some(())
+        },
+    )
     .await;
-    let node = eventually(
+    let node = wait_for_every(
         "unreachable NoSchedule taint",
         Duration::from_secs(10),
+        POLL,
         || async {
             let node = nodes.get("lonely").await.ok()?;
             taints(&node)
@@ -470,7 +482,7 @@ async fn ipam_gives_distinct_cidrs_reports_exhaustion_and_reuses_released_ones()
     let mut seen = BTreeSet::new();
     for name in ["n1", "n2"] {
         fake_node(&client, name).await;
-        let cidr = eventually("a pod CIDR", Duration::from_secs(15), || {
+        let cidr = wait_for_every("a pod CIDR", Duration::from_secs(15), POLL, || {
             cidr_of(nodes.clone(), name)
         })
         .await;
@@ -495,7 +507,7 @@ async fn ipam_gives_distinct_cidrs_reports_exhaustion_and_reuses_released_ones()
     let client = server.client().await;
     let nodes: Api<Node> = Api::all(client.clone());
     fake_node(&client, "n3").await;
-    let n3 = eventually("n3 CIDR", Duration::from_secs(15), || {
+    let n3 = wait_for_every("n3 CIDR", Duration::from_secs(15), POLL, || {
         cidr_of(nodes.clone(), "n3")
     })
     .await;
@@ -504,12 +516,17 @@ async fn ipam_gives_distinct_cidrs_reports_exhaustion_and_reuses_released_ones()
 
     // The range is exhausted: n4 waits with a CIDRNotAvailable event.
     fake_node(&client, "n4").await;
-    let event = eventually("CIDRNotAvailable", Duration::from_secs(15), || async {
-        events_with(&client, "CIDRNotAvailable")
-            .await
-            .into_iter()
-            .find(|e| e.involved_object.name.as_deref() == Some("n4"))
-    })
+    let event = wait_for_every(
+        "CIDRNotAvailable",
+        Duration::from_secs(15),
+        POLL,
+        || async {
+            events_with(&client, "CIDRNotAvailable")
+                .await
+                .into_iter()
+                .find(|e| e.involved_object.name.as_deref() == Some("n4"))
+        },
+    )
     .await;
     assert_eq!(
         event.message.as_deref(),
@@ -523,9 +540,12 @@ async fn ipam_gives_distinct_cidrs_reports_exhaustion_and_reuses_released_ones()
         .delete("n1", &DeleteParams::default())
         .await
         .expect("delete n1");
-    let n4 = eventually("n4 gets the released CIDR", Duration::from_secs(15), || {
-        cidr_of(nodes.clone(), "n4")
-    })
+    let n4 = wait_for_every(
+        "n4 gets the released CIDR",
+        Duration::from_secs(15),
+        POLL,
+        || cidr_of(nodes.clone(), "n4"),
+    )
     .await;
     assert_eq!(n4, n1);
 }
@@ -589,9 +609,10 @@ async fn pod_gc_deletes_pods_of_deleted_nodes_and_trims_terminated_pods() {
         // Distinct creation timestamps (they have second precision).
         tokio::time::sleep(Duration::from_millis(1100)).await;
     }
-    let left = eventually(
+    let left = wait_for_every(
         "terminated pods trimmed to 2",
         Duration::from_secs(30),
+        POLL,
         || async {
             let names: BTreeSet<String> = pods
                 .list(&ListParams::default())
@@ -622,11 +643,16 @@ async fn pod_gc_deletes_pods_of_deleted_nodes_and_trims_terminated_pods() {
         pods.get_opt("orphan-running").await.expect("get").is_some(),
         "not before the quarantine"
     );
-    eventually("orphaned pods deleted", Duration::from_secs(30), || async {
-        let running = pods.get_opt("orphan-running").await.ok()?;
-        let terminating = pods.get_opt("orphan-terminating").await.ok()?;
-        (running.is_none() && terminating.is_none()).then_some(())
-    })
+    wait_for_every(
+        "orphaned pods deleted",
+        Duration::from_secs(30),
+        POLL,
+        || async {
+            let running = pods.get_opt("orphan-running").await.ok()?;
+            let terminating = pods.get_opt("orphan-terminating").await.ok()?;
+            (running.is_none() && terminating.is_none()).then_some(())
+        },
+    )
     .await;
 }
 
@@ -695,11 +721,16 @@ async fn kubernetes_service_endpoints_list_the_server() {
         )
         .await
         .expect("patch");
-    eventually("endpoints repaired", Duration::from_secs(20), || async {
-        let ep = endpoints.get("kubernetes").await.ok()?;
-        let subset = ep.subsets?.into_iter().next()?;
-        (subset.addresses?.first()?.ip == "127.0.0.1").then_some(())
-    })
+    wait_for_every(
+        "endpoints repaired",
+        Duration::from_secs(20),
+        POLL,
+        || async {
+            let ep = endpoints.get("kubernetes").await.ok()?;
+            let subset = ep.subsets?.into_iter().next()?;
+            (subset.addresses?.first()?.ip == "127.0.0.1").then_some(())
+        },
+    )
     .await;
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::Server;
+use support::{Server, wait_for};
 
 use k3rs::scheduler;
 
@@ -82,22 +82,6 @@ async fn create_pod(client: &kube::Client, name: &str, cpu: &str, extra_spec: Va
         .expect("create pod");
 }
 
-/// Polls `f` until it returns Some, or panics after `timeout`.
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 async fn node_of(client: &kube::Client, pod: &str) -> Option<String> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     pods.get(pod)
@@ -109,7 +93,7 @@ async fn node_of(client: &kube::Client, pod: &str) -> Option<String> {
 }
 
 async fn wait_bound(client: &kube::Client, pod: &str) -> String {
-    eventually(
+    wait_for(
         &format!("{pod} to be bound"),
         Duration::from_secs(30),
         || node_of(client, pod),
@@ -156,7 +140,7 @@ async fn pods_are_bound_spread_and_get_scheduled_events() {
         "least-allocated spreads equal pods evenly"
     );
     let node = node_of(&client, "web-0").await.expect("node");
-    let events = eventually("a Scheduled event", Duration::from_secs(10), || async {
+    let events = wait_for("a Scheduled event", Duration::from_secs(10), || async {
         let e = events_for(&client, "web-0", "Scheduled").await;
         (!e.is_empty()).then_some(e)
     })
@@ -269,7 +253,7 @@ async fn too_big_pod_is_unschedulable_then_scheduled_when_a_node_fits() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     // The first attempt may run before the scheduler has seen the last node's status (it
     // is written after the node): wait for the verdict over all three nodes as they are.
-    let condition = eventually("PodScheduled=False", Duration::from_secs(30), || async {
+    let condition = wait_for("PodScheduled=False", Duration::from_secs(30), || async {
         pods.get("huge")
             .await
             .ok()?
@@ -285,7 +269,7 @@ async fn too_big_pod_is_unschedulable_then_scheduled_when_a_node_fits() {
     .await;
     assert_eq!(condition.reason.as_deref(), Some("Unschedulable"));
     assert_eq!(condition.message.as_deref(), Some(expected));
-    let events = eventually(
+    let events = wait_for(
         "a FailedScheduling event",
         Duration::from_secs(10),
         || async {
@@ -353,7 +337,7 @@ async fn resources_of_bound_pods_are_accounted() {
         }
         name.expect("one pod left pending")
     };
-    let events = eventually(
+    let events = wait_for(
         "a FailedScheduling event",
         Duration::from_secs(10),
         || async {
@@ -409,7 +393,7 @@ async fn only_the_lease_holder_schedules_and_a_standby_takes_over() {
         c
     };
     let first = tokio::spawn(scheduler::run_with(client.clone(), config("first")));
-    eventually("first to lead", Duration::from_secs(10), || async {
+    wait_for("first to lead", Duration::from_secs(10), || async {
         (lease_holder(&client).await.as_deref() == Some("first")).then_some(())
     })
     .await;
@@ -423,7 +407,7 @@ async fn only_the_lease_holder_schedules_and_a_standby_takes_over() {
 
     // The leader stops; the standby acquires the expired lease and schedules.
     first.abort();
-    eventually("second to lead", Duration::from_secs(15), || async {
+    wait_for("second to lead", Duration::from_secs(15), || async {
         (lease_holder(&client).await.as_deref() == Some("second")).then_some(())
     })
     .await;
@@ -457,7 +441,7 @@ async fn create_labeled_pod(client: &kube::Client, name: &str, labels: Value, ex
 /// asserts both carry `expected`, and that the pod stays unbound.
 async fn assert_unschedulable(client: &kube::Client, pod: &str, expected: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let condition = eventually("PodScheduled=False", Duration::from_secs(20), || async {
+    let condition = wait_for("PodScheduled=False", Duration::from_secs(20), || async {
         pods.get(pod)
             .await
             .ok()?
@@ -469,7 +453,7 @@ async fn assert_unschedulable(client: &kube::Client, pod: &str, expected: &str) 
     .await;
     assert_eq!(condition.reason.as_deref(), Some("Unschedulable"));
     assert_eq!(condition.message.as_deref(), Some(expected));
-    let events = eventually(
+    let events = wait_for(
         "a FailedScheduling event",
         Duration::from_secs(10),
         || async {
@@ -621,7 +605,7 @@ async fn required_anti_affinity_puts_one_replica_per_node() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let delete_now = kube::api::DeleteParams::default().grace_period(0);
     pods.delete("intruder", &delete_now).await.expect("delete");
-    eventually(
+    wait_for(
         "the intruder to be gone",
         Duration::from_secs(10),
         || async { pods.get_opt("intruder").await.ok()?.is_none().then_some(()) },
@@ -749,7 +733,7 @@ async fn the_servers_scheduler_writes_as_kube_scheduler_and_binds_parked_pods() 
     let client = client(&server).await;
     create_pod(&client, "waiting", "1", json!({})).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let managers = eventually("PodScheduled=False", Duration::from_secs(30), || async {
+    let managers = wait_for("PodScheduled=False", Duration::from_secs(30), || async {
         let pod = pods.get("waiting").await.ok()?;
         pod.status
             .as_ref()?

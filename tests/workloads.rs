@@ -9,7 +9,6 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -19,26 +18,10 @@ use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Pod, Replic
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::Server;
+use support::{Server, wait_for};
 
 const NS: &str = "default";
 const TIMEOUT: Duration = Duration::from_secs(40);
-
-/// Polls `check` until it returns Some, or panics with `what` after TIMEOUT.
-async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 fn kubectl(server: &Server, args: &[&str]) -> String {
     let out = server.kubectl_with(Path::new("kubectl"), args, None);
@@ -161,6 +144,7 @@ async fn events(client: &kube::Client, kind: &str, name: &str) -> Vec<(String, S
 async fn wait_event(client: &kube::Client, kind: &str, name: &str, reason: &str, text: &str) {
     wait_for(
         &format!("{reason} event on {kind}/{name} ({text})"),
+        TIMEOUT,
         || async {
             events(client, kind, name)
                 .await
@@ -232,7 +216,7 @@ async fn replication_controller_scales_and_replaces_pods() {
         rc.spec.as_ref().and_then(|s| s.selector.clone()),
         Some(BTreeMap::from([("app".to_string(), "legacy".to_string())]))
     );
-    let first = wait_for("3 pods of the replication controller", || async {
+    let first = wait_for("3 pods of the replication controller", TIMEOUT, || async {
         let pods = pods_with(&client, "app=legacy").await;
         (pods.len() == 3).then_some(pods)
     })
@@ -249,7 +233,7 @@ async fn replication_controller_scales_and_replaces_pods() {
         .delete(&victim, &DeleteParams::default())
         .await
         .expect("delete pod");
-    wait_for("the deleted pod to be replaced", || async {
+    wait_for("the deleted pod to be replaced", TIMEOUT, || async {
         let pods = pods_with(&client, "app=legacy").await;
         (pods.len() == 3 && !pod_names(&pods).contains(&victim)).then_some(())
     })
@@ -257,14 +241,14 @@ async fn replication_controller_scales_and_replaces_pods() {
 
     // Scale down through the scale subresource, as kubectl does.
     kubectl(&server, &["scale", "rc/legacy", "--replicas=1"]);
-    let last = wait_for("scale down to one pod", || async {
+    let last = wait_for("scale down to one pod", TIMEOUT, || async {
         let pods = pods_with(&client, "app=legacy").await;
         (pods.len() == 1).then_some(pods)
     })
     .await;
     mark_ready(&client, &last[0].name_any()).await;
     let api: Api<ReplicationController> = Api::namespaced(client.clone(), NS);
-    wait_for("replication controller status", || async {
+    wait_for("replication controller status", TIMEOUT, || async {
         let rc = api.get("legacy").await.ok()?;
         let s = rc.status?;
         (s.replicas == 1
@@ -342,7 +326,7 @@ async fn daemonset_runs_one_pod_per_eligible_node() {
     .await;
     let _: DaemonSet = create(&client, daemonset("agent", "agent:1", json!({}))).await;
 
-    let by_node = wait_for("daemon pods on n1 and n2, bound there", || async {
+    let by_node = wait_for("daemon pods on n1 and n2, bound there", TIMEOUT, || async {
         let by_node = daemon_pods_by_node(&client, "agent").await;
         let bound = by_node.iter().all(|(node, pods)| {
             pods.len() == 1
@@ -379,7 +363,7 @@ async fn daemonset_runs_one_pod_per_eligible_node() {
 
     // A new node gets a pod; a deleted node's pod goes.
     fake_node(&client, "n3", json!([])).await;
-    wait_for("a daemon pod on the new node", || async {
+    wait_for("a daemon pod on the new node", TIMEOUT, || async {
         let by_node = daemon_pods_by_node(&client, "agent").await;
         by_node.contains_key("n3").then_some(())
     })
@@ -389,7 +373,7 @@ async fn daemonset_runs_one_pod_per_eligible_node() {
         .delete("n1", &DeleteParams::default())
         .await
         .expect("delete node");
-    wait_for("the deleted node's pod to go", || async {
+    wait_for("the deleted node's pod to go", TIMEOUT, || async {
         let by_node = daemon_pods_by_node(&client, "agent").await;
         (by_node.keys().cloned().collect::<Vec<_>>() == ["n2", "n3"]).then_some(())
     })
@@ -397,17 +381,21 @@ async fn daemonset_runs_one_pod_per_eligible_node() {
 
     // Ready pods: the rollout is complete as kubectl reads it.
     let api: Api<DaemonSet> = Api::namespaced(client.clone(), NS);
-    wait_for("daemonset status: 2 desired, available", || async {
-        mark_all_ready(&client, "app=agent").await;
-        let s = api.get("agent").await.ok()?.status?;
-        (s.desired_number_scheduled == 2
-            && s.current_number_scheduled == 2
-            && s.number_ready == 2
-            && s.number_available == Some(2)
-            && s.updated_number_scheduled == Some(2)
-            && s.number_misscheduled == 0)
-            .then_some(())
-    })
+    wait_for(
+        "daemonset status: 2 desired, available",
+        TIMEOUT,
+        || async {
+            mark_all_ready(&client, "app=agent").await;
+            let s = api.get("agent").await.ok()?.status?;
+            (s.desired_number_scheduled == 2
+                && s.current_number_scheduled == 2
+                && s.number_ready == 2
+                && s.number_available == Some(2)
+                && s.updated_number_scheduled == Some(2)
+                && s.number_misscheduled == 0)
+                .then_some(())
+        },
+    )
     .await;
     let out = kubectl(&server, &["rollout", "status", "ds/agent", "--timeout=20s"]);
     assert!(out.contains("successfully rolled out"), "{out}");
@@ -460,7 +448,7 @@ async fn daemonset_rolling_update_and_undo() {
             .then_some(())
         }
     };
-    wait_for("first rollout", || available(3)).await;
+    wait_for("first rollout", TIMEOUT, || available(3)).await;
     kubectl(&server, &["rollout", "status", "ds/roll", "--timeout=20s"]);
 
     // New image: pods are replaced one node at a time.
@@ -512,7 +500,7 @@ async fn daemonset_rolling_update_and_undo() {
 
     // kubectl rollout undo applies the previous revision's data.
     kubectl(&server, &["rollout", "undo", "ds/roll"]);
-    wait_for("undo to bring back img:1 everywhere", || async {
+    wait_for("undo to bring back img:1 everywhere", TIMEOUT, || async {
         let ds = api.get("roll").await.ok()?;
         let image = ds.spec.as_ref()?.template.spec.as_ref()?.containers[0]
             .image
@@ -548,7 +536,7 @@ fn statefulset(name: &str, replicas: i32, image: &str) -> Value {
 
 /// Marks ordinals ready one by one until `want` pods exist and are ready.
 async fn bring_up(client: &kube::Client, app: &str, want: usize) {
-    wait_for(&format!("{want} ready pods of {app}"), || async {
+    wait_for(&format!("{want} ready pods of {app}"), TIMEOUT, || async {
         mark_all_ready(client, &format!("app={app}")).await;
         let pods = pods_with(client, &format!("app={app}")).await;
         (pods.len() == want && pods.iter().all(is_ready)).then_some(())
@@ -563,7 +551,7 @@ async fn statefulset_ordered_creation_scale_down_and_partitioned_update() {
     let _: StatefulSet = create(&client, statefulset("web", 3, "web:1")).await;
 
     // web-0 first; web-1 only after web-0 is Running and Ready.
-    wait_for("web-0", || async {
+    wait_for("web-0", TIMEOUT, || async {
         let pods = pods_with(&client, "app=web").await;
         (pod_names(&pods) == ["web-0"]).then_some(())
     })
@@ -607,7 +595,7 @@ async fn statefulset_ordered_creation_scale_down_and_partitioned_update() {
     );
 
     mark_ready(&client, "web-0").await;
-    wait_for("web-1 after web-0 is ready", || async {
+    wait_for("web-1 after web-0 is ready", TIMEOUT, || async {
         let pods = pods_with(&client, "app=web").await;
         (pod_names(&pods) == ["web-0", "web-1"]).then_some(())
     })
@@ -692,7 +680,7 @@ async fn statefulset_ordered_creation_scale_down_and_partitioned_update() {
     .await
     .expect("scale up");
     bring_up(&client, "web", 3).await;
-    let before = wait_for("status after scale up", || async {
+    let before = wait_for("status after scale up", TIMEOUT, || async {
         let s = api.get("web").await.ok()?.status?;
         (s.ready_replicas == Some(3) && s.current_revision == s.update_revision)
             .then_some(s.current_revision?)
@@ -707,7 +695,7 @@ async fn statefulset_ordered_creation_scale_down_and_partitioned_update() {
     )
     .await
     .expect("partitioned update");
-    let update = wait_for("web-2 at the update revision", || async {
+    let update = wait_for("web-2 at the update revision", TIMEOUT, || async {
         mark_all_ready(&client, "app=web").await;
         let s = api.get("web").await.ok()?.status?;
         let update = s.update_revision.clone()?;
@@ -741,7 +729,7 @@ async fn statefulset_ordered_creation_scale_down_and_partitioned_update() {
     )
     .await
     .expect("release partition");
-    wait_for("every pod at the update revision", || async {
+    wait_for("every pod at the update revision", TIMEOUT, || async {
         mark_all_ready(&client, "app=web").await;
         let s = api.get("web").await.ok()?.status?;
         (s.updated_replicas == Some(3)
@@ -760,10 +748,14 @@ async fn statefulset_parallel_creates_all_at_once() {
     let mut sts = statefulset("par", 3, "par:1");
     sts["spec"]["podManagementPolicy"] = json!("Parallel");
     let _: StatefulSet = create(&client, sts).await;
-    wait_for("three pods without waiting for readiness", || async {
-        let pods = pods_with(&client, "app=par").await;
-        (pod_names(&pods) == ["par-0", "par-1", "par-2"]).then_some(())
-    })
+    wait_for(
+        "three pods without waiting for readiness",
+        TIMEOUT,
+        || async {
+            let pods = pods_with(&client, "app=par").await;
+            (pod_names(&pods) == ["par-0", "par-1", "par-2"]).then_some(())
+        },
+    )
     .await;
 }
 
@@ -839,7 +831,7 @@ async fn job_completes_with_completions_and_parallelism() {
         Some(&uid)
     );
 
-    let pods = wait_for("two active pods (parallelism 2)", || async {
+    let pods = wait_for("two active pods (parallelism 2)", TIMEOUT, || async {
         let pods = active_job_pods(&client, "calc").await;
         (pods.len() == 2).then_some(pods)
     })
@@ -863,7 +855,7 @@ async fn job_completes_with_completions_and_parallelism() {
     // One succeeds: one more (the third completion) starts; never more than needed.
     mark_finished(&client, &pods[0].name_any(), "Succeeded").await;
     let api: Api<Job> = Api::namespaced(client.clone(), NS);
-    wait_for("a replacement pod and succeeded=1", || async {
+    wait_for("a replacement pod and succeeded=1", TIMEOUT, || async {
         let active = active_job_pods(&client, "calc").await;
         let job = api.get("calc").await.ok()?;
         let s = job.status?;
@@ -877,7 +869,7 @@ async fn job_completes_with_completions_and_parallelism() {
     for pod in active_job_pods(&client, "calc").await {
         mark_finished(&client, &pod.name_any(), "Succeeded").await;
     }
-    let done = wait_for("the job to complete", || async {
+    let done = wait_for("the job to complete", TIMEOUT, || async {
         let job = api.get("calc").await.ok()?;
         job_condition(&job, "Complete").map(|_| job)
     })
@@ -924,7 +916,7 @@ async fn job_fails_past_backoff_limit_and_deadline() {
         ),
     )
     .await;
-    let pods = wait_for("two pods", || async {
+    let pods = wait_for("two pods", TIMEOUT, || async {
         let pods = active_job_pods(&client, "flaky").await;
         (pods.len() == 2).then_some(pods)
     })
@@ -933,7 +925,7 @@ async fn job_fails_past_backoff_limit_and_deadline() {
         mark_finished(&client, &pod.name_any(), "Failed").await;
     }
     let api: Api<Job> = Api::namespaced(client.clone(), NS);
-    let failed = wait_for("the job to fail", || async {
+    let failed = wait_for("the job to fail", TIMEOUT, || async {
         let job = api.get("flaky").await.ok()?;
         job_condition(&job, "Failed").map(|c| (job, c))
     })
@@ -959,13 +951,13 @@ async fn job_fails_past_backoff_limit_and_deadline() {
 
     // activeDeadlineSeconds: the pod never finishes; the deadline fails the job.
     let _: Job = create(&client, job("slow", json!({"activeDeadlineSeconds": 2}))).await;
-    let failed = wait_for("the deadline to fail the job", || async {
+    let failed = wait_for("the deadline to fail the job", TIMEOUT, || async {
         let job = api.get("slow").await.ok()?;
         job_condition(&job, "Failed")
     })
     .await;
     assert_eq!(failed.0, "DeadlineExceeded");
-    wait_for("its pod to be deleted", || async {
+    wait_for("its pod to be deleted", TIMEOUT, || async {
         active_job_pods(&client, "slow")
             .await
             .is_empty()
@@ -995,7 +987,7 @@ async fn indexed_job_and_ttl_after_finished() {
         ),
     )
     .await;
-    let pods = wait_for("three indexed pods", || async {
+    let pods = wait_for("three indexed pods", TIMEOUT, || async {
         let pods = active_job_pods(&client, "idx").await;
         (pods.len() == 3).then_some(pods)
     })
@@ -1025,7 +1017,7 @@ async fn indexed_job_and_ttl_after_finished() {
 
     let api: Api<Job> = Api::namespaced(client.clone(), NS);
     mark_finished(&client, &by_index["1"], "Succeeded").await;
-    wait_for("completedIndexes 1", || async {
+    wait_for("completedIndexes 1", TIMEOUT, || async {
         let s = api.get("idx").await.ok()?.status?;
         (s.completed_indexes.as_deref() == Some("1") && s.succeeded == Some(1)).then_some(())
     })
@@ -1033,7 +1025,7 @@ async fn indexed_job_and_ttl_after_finished() {
     // A failed index is retried with the same index (after the back-off).
     mark_finished(&client, &by_index["0"], "Failed").await;
     mark_finished(&client, &by_index["2"], "Succeeded").await;
-    let retry = wait_for("index 0 to be retried", || async {
+    let retry = wait_for("index 0 to be retried", TIMEOUT, || async {
         let pods = active_job_pods(&client, "idx").await;
         (pods.len() == 1).then(|| pods[0].clone())
     })
@@ -1043,7 +1035,7 @@ async fn indexed_job_and_ttl_after_finished() {
         Some("0")
     );
     mark_finished(&client, &retry.name_any(), "Succeeded").await;
-    wait_for("the indexed job to complete", || async {
+    wait_for("the indexed job to complete", TIMEOUT, || async {
         let job = api.get("idx").await.ok()?;
         let s = job.status.clone()?;
         (job_condition(&job, "Complete").is_some() && s.completed_indexes.as_deref() == Some("0-2"))
@@ -1051,11 +1043,13 @@ async fn indexed_job_and_ttl_after_finished() {
     })
     .await;
     // ttlSecondsAfterFinished: the job (and, through the garbage collector, its pods) go.
-    wait_for("the finished job to be deleted after its TTL", || async {
-        api.get_opt("idx").await.ok()?.is_none().then_some(())
-    })
+    wait_for(
+        "the finished job to be deleted after its TTL",
+        TIMEOUT,
+        || async { api.get_opt("idx").await.ok()?.is_none().then_some(()) },
+    )
     .await;
-    wait_for("its pods to be collected", || async {
+    wait_for("its pods to be collected", TIMEOUT, || async {
         job_pods(&client, "idx").await.is_empty().then_some(())
     })
     .await;
@@ -1104,7 +1098,7 @@ async fn cronjob_creates_jobs_and_forbid_skips_while_active() {
         cronjob("tick", json!({"concurrencyPolicy": "Forbid"})),
     )
     .await;
-    let first = wait_for("a job from the schedule", || async {
+    let first = wait_for("a job from the schedule", TIMEOUT, || async {
         let jobs = cron_jobs(&client, "tick").await;
         jobs.into_iter().next()
     })
@@ -1131,7 +1125,7 @@ async fn cronjob_creates_jobs_and_forbid_skips_while_active() {
     assert_eq!(owner_kind_of(&first.metadata).as_deref(), Some("CronJob"));
 
     let api: Api<CronJob> = Api::namespaced(client.clone(), NS);
-    wait_for("status.active and lastScheduleTime", || async {
+    wait_for("status.active and lastScheduleTime", TIMEOUT, || async {
         let s = api.get("tick").await.ok()?.status?;
         let active: Vec<String> = s.active?.into_iter().filter_map(|r| r.name).collect();
         (active == [name.clone()] && s.last_schedule_time.is_some()).then_some(())
@@ -1160,15 +1154,17 @@ async fn cronjob_creates_jobs_and_forbid_skips_while_active() {
     .await;
 
     // Once it completes, the next schedule time starts another one.
-    let pods = wait_for("the job's pod", || async {
+    let pods = wait_for("the job's pod", TIMEOUT, || async {
         let pods = active_job_pods(&client, &name).await;
         pods.into_iter().next()
     })
     .await;
     mark_finished(&client, &pods.name_any(), "Succeeded").await;
-    wait_for("a second job after the first completed", || async {
-        (cron_jobs(&client, "tick").await.len() >= 2).then_some(())
-    })
+    wait_for(
+        "a second job after the first completed",
+        TIMEOUT,
+        || async { (cron_jobs(&client, "tick").await.len() >= 2).then_some(()) },
+    )
     .await;
     wait_event(
         &client,
@@ -1178,7 +1174,7 @@ async fn cronjob_creates_jobs_and_forbid_skips_while_active() {
         &format!("Saw completed job: {name}"),
     )
     .await;
-    wait_for("lastSuccessfulTime", || async {
+    wait_for("lastSuccessfulTime", TIMEOUT, || async {
         api.get("tick")
             .await
             .ok()?
@@ -1213,7 +1209,7 @@ async fn cronjob_replace_and_history_limits() {
         cronjob("swap", json!({"concurrencyPolicy": "Replace"})),
     )
     .await;
-    let first = wait_for("the first job", || async {
+    let first = wait_for("the first job", TIMEOUT, || async {
         cron_jobs(&client, "swap")
             .await
             .into_iter()

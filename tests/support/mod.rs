@@ -273,6 +273,37 @@ pub async fn stop_and_write_past_validation(
     dir
 }
 
+/// Polls `check` every 100 ms until it returns `Some`, and panics naming `what` once
+/// `timeout` has passed.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    wait_for_every(what, timeout, Duration::from_millis(100), check).await
+}
+
+/// [`wait_for`] with its own poll interval `every`.
+pub async fn wait_for_every<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(every).await;
+    }
+}
+
 /// Every installed kubectl version (1.27 ... 1.33); fails loudly if none is present.
 pub fn kubectls() -> Vec<PathBuf> {
     let dir = Path::new("/usr/lib/google-cloud-sdk/bin");
