@@ -13,10 +13,6 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
 use support::Server;
 
-async fn client(server: &Server) -> kube::Client {
-    server.client().await
-}
-
 /// A client that trusts the server but presents no credentials.
 async fn anonymous(server: &Server) -> kube::Client {
     let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).expect("read kubeconfig");
@@ -93,7 +89,7 @@ fn health_version_and_authentication() {
         assert_eq!(code, 401);
         assert_eq!(body["reason"], "Unauthorized");
 
-        let admin = client(&server).await;
+        let admin = server.client().await;
         let (code, body, _) = send(
             &admin,
             "GET",
@@ -160,7 +156,7 @@ fn health_version_and_authentication() {
 fn typed_crud_and_watch_with_kube_rs() {
     let server = Server::start();
     runtime().block_on(async {
-        let client = client(&server).await;
+        let client = server.client().await;
         let namespaces: Api<Namespace> = Api::all(client.clone());
         namespaces
             .create(
@@ -301,7 +297,7 @@ fn typed_crud_and_watch_with_kube_rs() {
 fn bad_input_gets_a_status_and_changes_nothing() {
     let server = Server::start();
     runtime().block_on(async {
-        let client = client(&server).await;
+        let client = server.client().await;
         let path = "/api/v1/namespaces/default/configmaps";
         let revision = |c: kube::Client| async move {
             let (_, list, _) = send(&c, "GET", "/api/v1/namespaces/default/configmaps", "application/json", vec![]).await;
@@ -360,7 +356,7 @@ fn bad_input_gets_a_status_and_changes_nothing() {
 fn custom_resources_are_served_and_validated_against_their_schema() {
     let server = Server::start();
     runtime().block_on(async {
-        let client = client(&server).await;
+        let client = server.client().await;
         let crd = json!({
             "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": "gadgets.example.com"},
@@ -415,7 +411,7 @@ fn custom_resources_are_served_and_validated_against_their_schema() {
 fn creates_follow_the_namespace_lifecycle_under_load() {
     let server = Server::start();
     runtime().block_on(async {
-        let client = client(&server).await;
+        let client = server.client().await;
         let configmap = |name: &str| {
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}})
                 .to_string()

@@ -19,10 +19,6 @@ use support::{Server, wait_for};
 const NS: &str = "default";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-async fn client(server: &Server) -> kube::Client {
-    server.client().await
-}
-
 fn deployment(name: &str, replicas: i32, image: &str, strategy: Value) -> Deployment {
     serde_json::from_value(json!({
         "apiVersion": "apps/v1",
@@ -174,7 +170,7 @@ fn kubectl(server: &Server, args: &[&str]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deployment_creates_replicaset_and_owned_pods() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
     api.create(
         &PostParams::default(),
@@ -311,7 +307,7 @@ async fn deployment_creates_replicaset_and_owned_pods() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_and_replacing_deleted_pods() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
     api.create(
         &PostParams::default(),
@@ -356,7 +352,7 @@ async fn scaling_and_replacing_deleted_pods() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicaset_adopts_and_releases_pods() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     let pod_api: Api<Pod> = Api::namespaced(client.clone(), NS);
     let orphan: Pod = serde_json::from_value(json!({
         "metadata": {"name": "orphan", "labels": {"app": "solo"}},
@@ -427,7 +423,7 @@ async fn replicaset_adopts_and_releases_pods() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_update_keeps_minimum_ready_and_undo_restores() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
     let strategy =
         json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": "25%"}});
@@ -532,7 +528,7 @@ async fn rolling_update_keeps_minimum_ready_and_undo_restores() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recreate_and_progress_deadline() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
     let mut d = deployment("re", 2, "nginx:1", json!({"type": "Recreate"}));
     if let Some(spec) = d.spec.as_mut() {
@@ -615,7 +611,7 @@ async fn recreate_and_progress_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_deployment_does_not_roll_out_until_resumed() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
     let strategy =
         json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "50%", "maxUnavailable": 0}});
@@ -686,7 +682,7 @@ async fn paused_deployment_does_not_roll_out_until_resumed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicaset_available_after_min_ready_seconds() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     let rs: ReplicaSet = serde_json::from_value(json!({
         "metadata": {"name": "slow"},
         "spec": {
@@ -746,7 +742,7 @@ async fn replicaset_available_after_min_ready_seconds() {
 #[ignore]
 async fn large_deployment_creates_all_pods() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
     let replicas = 2000;
     let started = Instant::now();

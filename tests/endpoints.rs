@@ -16,10 +16,6 @@ use support::{Server, wait_for};
 const NS: &str = "default";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-async fn client(server: &Server) -> kube::Client {
-    server.client().await
-}
-
 /// A pod bound to `node-a` whose container exposes `ports` ([(name, port)]).
 async fn create_pod(client: &kube::Client, name: &str, ports: &[(&str, i32)]) -> Pod {
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
@@ -148,7 +144,7 @@ fn es(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn services_get_endpoints_and_slices_of_their_pods() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
 
     let a = create_pod(&client, "web-a", &[("http", 8080)]).await;
     create_pod(&client, "web-b", &[("http", 9090)]).await;
@@ -393,7 +389,7 @@ async fn services_get_endpoints_and_slices_of_their_pods() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_namespace_gets_a_default_serviceaccount() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
         wait_for(

@@ -17,10 +17,6 @@ use support::{Server, wait_for};
 const NS: &str = "default";
 const TIMEOUT: Duration = Duration::from_secs(45);
 
-async fn client(server: &Server) -> kube::Client {
-    server.client().await
-}
-
 fn template(app: &str) -> serde_json::Value {
     json!({
         "metadata": {"labels": {"app": app}},
@@ -86,7 +82,7 @@ async fn wait_all_gone(client: &kube::Client, app: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_delete_of_deployment_removes_replicaset_and_pods() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     create_deployment(&client, "bg", 3).await;
     wait_pods(&client, "bg", 3).await;
     assert_eq!(replicasets(&client, "bg").await.len(), 1);
@@ -101,7 +97,7 @@ async fn background_delete_of_deployment_removes_replicaset_and_pods() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreground_delete_waits_for_dependents() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
     create_deployment(&client, "fg", 2).await;
     wait_pods(&client, "fg", 2).await;
@@ -149,7 +145,7 @@ async fn foreground_delete_waits_for_dependents() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphan_delete_of_replicaset_keeps_pods_without_owner() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     let rs: ReplicaSet = serde_json::from_value(json!({
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
@@ -207,7 +203,7 @@ async fn orphan_delete_of_replicaset_keeps_pods_without_owner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dependent_with_two_owners_survives_one() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
     let mut uids = Vec::new();
     for name in ["owner-a", "owner-b"] {
@@ -261,7 +257,7 @@ async fn dependent_with_two_owners_survives_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_delete_deployment_leaves_no_pods() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     create_deployment(&client, "kc", 2).await;
     wait_pods(&client, "kc", 2).await;
     let out = server.kubectl_with(
@@ -281,7 +277,7 @@ async fn kubectl_delete_deployment_leaves_no_pods() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_owned_by_a_new_custom_resource_are_collected() {
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     // A CRD created after the collector started: its kind is unknown to the
     // collector's first discovery and its resource has no watch yet.
     let crd = json!({
@@ -369,7 +365,7 @@ async fn objects_owned_by_a_new_custom_resource_are_collected() {
 async fn events_are_never_collected() {
     use k8s_openapi::api::core::v1::Event;
     let server = Server::start();
-    let client = client(&server).await;
+    let client = server.client().await;
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
     let events: Api<Event> = Api::namespaced(client.clone(), NS);
     let owner: ConfigMap =

@@ -15,14 +15,10 @@ use support::{Server, wait_for};
 
 use k3rs::scheduler;
 
-async fn client(server: &Server) -> kube::Client {
-    server.client().await
-}
-
 /// Starts a server and the scheduler in-process.
 async fn setup() -> (Server, kube::Client) {
     let server = Server::start_with(&["--disable-scheduler"]);
-    let client = client(&server).await;
+    let client = server.client().await;
     tokio::spawn(scheduler::run(client.clone()));
     (server, client)
 }
@@ -379,7 +375,7 @@ async fn lease_holder(client: &kube::Client) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_lease_holder_schedules_and_a_standby_takes_over() {
     let server = Server::start_with(&["--disable-scheduler"]);
-    let client = client(&server).await;
+    let client = server.client().await;
     let config = |identity: &str| {
         let mut c = scheduler::Config::default();
         let leader = c
@@ -730,7 +726,7 @@ async fn preferred_affinity_and_image_locality_win_on_score() {
 #[tokio::test]
 async fn the_servers_scheduler_writes_as_kube_scheduler_and_binds_parked_pods() {
     let server = Server::start_with(&[]);
-    let client = client(&server).await;
+    let client = server.client().await;
     create_pod(&client, "waiting", "1", json!({})).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let managers = wait_for("PodScheduled=False", Duration::from_secs(30), || async {
