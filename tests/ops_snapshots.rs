@@ -59,19 +59,13 @@ impl Node {
             cmd.env(k, v);
         }
         self.child = Some(cmd.spawn().expect("start k3rs server"));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                panic!("server exited ({status}):\n{}", self.log_text());
-            }
-            if self.kubeconfig.exists()
-                && self.kubectl(&["get", "--raw", "/readyz"]).status.success()
-            {
-                return;
-            }
-            assert!(Instant::now() < deadline, "not ready:\n{}", self.log_text());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        support::wait_readyz(
+            self.child.as_mut().expect("just spawned"),
+            &self.kubeconfig,
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            &self.log,
+        );
     }
 
     fn log_text(&self) -> String {
@@ -79,12 +73,7 @@ impl Node {
     }
 
     fn kubectl(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .output()
-            .expect("run kubectl (install kubectl)")
+        support::kubectl_at(&self.kubeconfig, args)
     }
 
     /// `k3rs etcd-snapshot <args> --kubeconfig … --data-dir …`.

@@ -9,7 +9,7 @@ mod support;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const VALUE: &str = "hunter2-very-secret-value";
 
@@ -61,26 +61,14 @@ impl Server {
             kubeconfig,
             log,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("server exited ({status}):\n{}", server.log_text());
-            }
-            if server.kubeconfig.exists()
-                && server
-                    .kubectl(&["get", "--raw", "/readyz"])
-                    .status
-                    .success()
-            {
-                return server;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "not ready:\n{}",
-                server.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        support::wait_readyz(
+            &mut server.child,
+            &server.kubeconfig,
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            &server.log,
+        );
+        server
     }
 
     fn log_text(&self) -> String {
@@ -88,12 +76,7 @@ impl Server {
     }
 
     fn kubectl(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .output()
-            .expect("run kubectl")
+        support::kubectl_at(&self.kubeconfig, args)
     }
 
     fn kubectl_ok(&self, args: &[&str]) -> String {

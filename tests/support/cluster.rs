@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{Server, free_port, k3rs_bin};
+use super::{Server, free_port, k3rs_bin, wait_readyz};
 
 /// Fails loudly (never skips) when the test cannot run here.
 pub fn require_root_and_tools() {
@@ -376,24 +376,13 @@ impl Cluster {
         self.server.child = child;
         self.server.port = port;
         self.server.kubeconfig = kubeconfig.clone();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = self.server.child.try_wait() {
-                panic!(
-                    "k3rs server exited early ({status}):\n{}",
-                    self.server.log()
-                );
-            }
-            if kubeconfig.exists() && self.kubectl(&["get", "--raw", "/readyz"]).status.success() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "k3rs server not ready:\n{}",
-                self.server.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_readyz(
+            &mut self.server.child,
+            &kubeconfig,
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            &dir.join("server.log"),
+        );
         self.server.started_in = started.elapsed();
         self.token = std::fs::read_to_string(dir.join("data/server/node-token"))
             .expect("node-token")
@@ -445,26 +434,13 @@ impl Cluster {
             kubeconfig: kubeconfig.clone(),
             started_in: Duration::ZERO,
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("k3rs server {k} exited early ({status}):\n{}", server.log());
-            }
-            if kubeconfig.exists()
-                && server
-                    .kubectl_with(Path::new("kubectl"), &["get", "--raw", "/readyz"], None)
-                    .status
-                    .success()
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "k3rs server {k} not ready:\n{}",
-                server.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_readyz(
+            &mut server.child,
+            &kubeconfig,
+            Duration::from_secs(60),
+            Duration::from_millis(100),
+            &server.dir.path().join("server.log"),
+        );
         server.started_in = started.elapsed();
         self.extra_servers.push(server);
     }

@@ -107,24 +107,13 @@ impl Server {
     }
 
     fn wait_ready(&mut self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("k3rs server exited early ({status}):\n{}", self.log());
-            }
-            if self.kubeconfig.exists() {
-                let out = self.kubectl_quiet(&["get", "--raw", "/readyz"]);
-                if out.status.success() {
-                    return;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "k3rs server not ready in {timeout:?}:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_readyz(
+            &mut self.child,
+            &self.kubeconfig,
+            timeout,
+            Duration::from_millis(20),
+            &self.dir.path().join("server.log"),
+        );
     }
 
     /// A kube-rs client with the admin credentials of the written kubeconfig.
@@ -164,12 +153,7 @@ impl Server {
     }
 
     fn kubectl_quiet(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .output()
-            .expect("run kubectl (install kubectl)")
+        kubectl_at(&self.kubeconfig, args)
     }
 
     /// Runs a kubectl binary against this server.
@@ -207,6 +191,48 @@ impl Server {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Runs the `kubectl` on PATH with `args` against the server of `kubeconfig`.
+pub fn kubectl_at(kubeconfig: &Path, args: &[&str]) -> Output {
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("run kubectl (install kubectl)")
+}
+
+/// Waits until the k3rs server process `child` answers `/readyz` through `kubeconfig` (once
+/// the server has written it), polling every `every`; panics with the text of `log_file` when
+/// the process exits or `timeout` passes.
+pub fn wait_readyz(
+    child: &mut Child,
+    kubeconfig: &Path,
+    timeout: Duration,
+    every: Duration,
+    log_file: &Path,
+) {
+    let log = || std::fs::read_to_string(log_file).unwrap_or_default();
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("k3rs server exited early ({status}):\n{}", log());
+        }
+        if kubeconfig.exists()
+            && kubectl_at(kubeconfig, &["get", "--raw", "/readyz"])
+                .status
+                .success()
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "k3rs server not ready in {timeout:?}:\n{}",
+            log()
+        );
+        std::thread::sleep(every);
     }
 }
 
