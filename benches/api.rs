@@ -165,13 +165,11 @@ impl Settings {
                 server_args: Vec::new(),
             }
         };
-        if let Some(secs) = env_number("K3RS_BENCH_SECS")? {
-            ensure!(secs > 0, "K3RS_BENCH_SECS must be at least 1");
+        if let Some(secs) = stats::env_positive("K3RS_BENCH_SECS")? {
             settings.measure = Duration::from_secs(secs);
             settings.get_measure = settings.get_measure.min(settings.measure);
         }
-        if let Some(rounds) = env_number("K3RS_BENCH_ROUNDS")? {
-            ensure!(rounds > 0, "K3RS_BENCH_ROUNDS must be at least 1");
+        if let Some(rounds) = stats::env_positive("K3RS_BENCH_ROUNDS")? {
             settings.rounds = usize::try_from(rounds).context("K3RS_BENCH_ROUNDS is too big")?;
         }
         match std::env::var("K3RS_BENCH_SERVER_ARGS") {
@@ -180,19 +178,6 @@ impl Settings {
             Err(e) => return Err(e).context("reading K3RS_BENCH_SERVER_ARGS"),
         }
         Ok(settings)
-    }
-}
-
-fn env_number(name: &str) -> Result<Option<u64>> {
-    match std::env::var(name) {
-        Ok(text) => text
-            .trim()
-            .replace('_', "")
-            .parse()
-            .map(Some)
-            .with_context(|| format!("{name}={text:?} is not a non-negative integer")),
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {name}")),
     }
 }
 

@@ -89,31 +89,16 @@ impl Settings {
                 rounds: 1,
             }
         };
-        if let Some(n) = env_number("K3RS_BENCH_CHURN")? {
+        if let Some(n) = stats::env_number("K3RS_BENCH_CHURN")? {
             settings.churn_updates = n;
         }
-        if let Some(rounds) = env_number("K3RS_BENCH_ROUNDS")? {
-            ensure!(rounds > 0, "K3RS_BENCH_ROUNDS must be at least 1");
-            settings.rounds = rounds as usize;
+        if let Some(rounds) = stats::env_positive("K3RS_BENCH_ROUNDS")? {
+            settings.rounds = usize::try_from(rounds).context("K3RS_BENCH_ROUNDS is too big")?;
         }
-        if let Some(secs) = env_number("K3RS_BENCH_SECS")? {
-            ensure!(secs > 0, "K3RS_BENCH_SECS must be at least 1");
+        if let Some(secs) = stats::env_positive("K3RS_BENCH_SECS")? {
             settings.measure = Duration::from_secs(secs);
         }
         Ok(settings)
-    }
-}
-
-fn env_number(name: &str) -> Result<Option<u64>> {
-    match std::env::var(name) {
-        Ok(text) => text
-            .trim()
-            .replace('_', "")
-            .parse()
-            .map(Some)
-            .with_context(|| format!("{name}={text:?} is not a non-negative integer")),
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {name}")),
     }
 }
 

@@ -11,7 +11,8 @@
 //! `--unsafe-no-fsync`), on free loopback ports, and is killed when the
 //! [`EtcdServer`] is dropped.
 //!
-//! Include it from a bench with `#[path = "support/etcd.rs"] mod etcd;`.
+//! Include it from a bench with `#[path = "support/etcd.rs"] mod etcd;`, beside
+//! `#[path = "support/stats.rs"] mod stats;` (its `log_tail`).
 
 #![allow(dead_code)] // each bench uses a different subset
 
@@ -175,13 +176,7 @@ impl EtcdServer {
 
     /// The last lines of etcd's log, for error messages.
     pub fn log_tail(&self) -> String {
-        match std::fs::read_to_string(&self.log_path) {
-            Ok(text) => {
-                let lines: Vec<&str> = text.lines().collect();
-                lines[lines.len().saturating_sub(20)..].join("\n")
-            }
-            Err(e) => format!("(could not read {}: {e})", self.log_path.display()),
-        }
+        crate::stats::log_tail(&self.log_path)
     }
 }
 

@@ -7,7 +7,8 @@
 //! directory. How readiness is *timed* stays with each bench (the API bench times
 //! `/readyz` with its own TLS probe); this file only offers the plain waits.
 //!
-//! Include it from a bench with `#[path = "support/server.rs"] mod server;`.
+//! Include it from a bench with `#[path = "support/server.rs"] mod server;`, beside
+//! `#[path = "support/stats.rs"] mod stats;` (its `log_tail`).
 
 #![allow(dead_code)] // each bench uses a different subset
 
@@ -207,13 +208,7 @@ impl K3rsServer {
 
     /// The last 20 lines of the server's log.
     pub fn log_tail(&self) -> String {
-        match std::fs::read_to_string(&self.log_path) {
-            Ok(text) => {
-                let lines: Vec<&str> = text.lines().collect();
-                lines[lines.len().saturating_sub(20)..].join("\n")
-            }
-            Err(e) => format!("(could not read {}: {e})", self.log_path.display()),
-        }
+        crate::stats::log_tail(&self.log_path)
     }
 
     /// SIGTERM, then SIGKILL (on drop) if it has not exited within 10 s.

@@ -1,7 +1,9 @@
 //! Latency recording, percentiles, throughput and a plain-text table printer for
 //! the custom-harness benchmarks.
 //!
-//! Owns: nothing but arithmetic and formatting. Percentiles are computed from every
+//! Owns: nothing but arithmetic and formatting, plus the two small chores every bench
+//! shares: reading its number knobs from the environment and the tail of a child's log
+//! for error messages. Percentiles are computed from every
 //! recorded sample (nearest-rank on the sorted samples), never from histograms or
 //! reservoirs, so p99 and max are exact for the run.
 //!
@@ -10,6 +12,7 @@
 #![allow(dead_code)] // each bench uses a different subset
 
 use std::fmt::Write as _;
+use std::path::Path;
 use std::time::Duration;
 
 /// Latency samples of one measurement (one per operation).
@@ -266,5 +269,39 @@ impl Table {
 impl std::fmt::Display for Table {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.render())
+    }
+}
+
+/// The number in the environment variable `name` (`_` separators allowed), or None when it
+/// is not set; an error names the variable when it is not a non-negative integer.
+pub fn env_number(name: &str) -> anyhow::Result<Option<u64>> {
+    use anyhow::Context as _;
+    match std::env::var(name) {
+        Ok(text) => text
+            .trim()
+            .replace('_', "")
+            .parse()
+            .map(Some)
+            .with_context(|| format!("{name}={text:?} is not a non-negative integer")),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {name}")),
+    }
+}
+
+/// [`env_number`] for a knob that must be at least 1 when set (a duration, a round count).
+pub fn env_positive(name: &str) -> anyhow::Result<Option<u64>> {
+    let n = env_number(name)?;
+    anyhow::ensure!(n != Some(0), "{name} must be at least 1");
+    Ok(n)
+}
+
+/// The last 20 lines of the log file at `path`, for error messages.
+pub fn log_tail(path: &Path) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(20)..].join("\n")
+        }
+        Err(e) => format!("(could not read {}: {e})", path.display()),
     }
 }
