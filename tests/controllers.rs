@@ -156,17 +156,6 @@ async fn set_image(client: &kube::Client, name: &str, image: &str) {
         .expect("change image");
 }
 
-fn kubectl(server: &Server, args: &[&str]) -> String {
-    let out = server.kubectl_with(Path::new("kubectl"), args, None);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deployment_creates_replicaset_and_owned_pods() {
     let server = Server::start();
@@ -297,10 +286,7 @@ async fn deployment_creates_replicaset_and_owned_pods() {
         );
     }
 
-    let out = kubectl(
-        &server,
-        &["rollout", "status", "deployment/web", "--timeout=20s"],
-    );
+    let out = server.kubectl_ok(&["rollout", "status", "deployment/web", "--timeout=20s"]);
     assert!(out.contains("successfully rolled out"), "{out}");
 }
 
@@ -500,12 +486,12 @@ async fn rolling_update_keeps_minimum_ready_and_undo_restores() {
         "{scaled_down:?}"
     );
 
-    let history = kubectl(&server, &["rollout", "history", "deployment/roll"]);
+    let history = server.kubectl_ok(&["rollout", "history", "deployment/roll"]);
     assert!(history.contains('1') && history.contains('2'), "{history}");
 
     // kubectl rollout undo copies revision 1's template back: the first ReplicaSet
     // becomes the new one again, with revision 3.
-    kubectl(&server, &["rollout", "undo", "deployment/roll"]);
+    server.kubectl_ok(&["rollout", "undo", "deployment/roll"]);
     let d = wait_complete(&client, "roll", 4).await;
     assert_eq!(
         annotation(&d.metadata, "deployment.kubernetes.io/revision").as_deref(),

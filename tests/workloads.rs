@@ -9,7 +9,6 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, StatefulSet};
@@ -22,17 +21,6 @@ use support::{Server, wait_for};
 
 const NS: &str = "default";
 const TIMEOUT: Duration = Duration::from_secs(40);
-
-fn kubectl(server: &Server, args: &[&str]) -> String {
-    let out = server.kubectl_with(Path::new("kubectl"), args, None);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
 
 async fn create<K>(client: &kube::Client, object: Value) -> K
 where
@@ -240,7 +228,7 @@ async fn replication_controller_scales_and_replaces_pods() {
     .await;
 
     // Scale down through the scale subresource, as kubectl does.
-    kubectl(&server, &["scale", "rc/legacy", "--replicas=1"]);
+    server.kubectl_ok(&["scale", "rc/legacy", "--replicas=1"]);
     let last = wait_for("scale down to one pod", TIMEOUT, || async {
         let pods = pods_with(&client, "app=legacy").await;
         (pods.len() == 1).then_some(pods)
@@ -269,7 +257,7 @@ async fn replication_controller_scales_and_replaces_pods() {
             .any(|(r, m)| r == "SuccessfulDelete" && m.starts_with("Deleted pod: legacy-"))
     );
     // kubectl shows it with its columns.
-    let table = kubectl(&server, &["get", "rc", "legacy"]);
+    let table = server.kubectl_ok(&["get", "rc", "legacy"]);
     assert!(table.contains("legacy"), "{table}");
 }
 
@@ -397,7 +385,7 @@ async fn daemonset_runs_one_pod_per_eligible_node() {
         },
     )
     .await;
-    let out = kubectl(&server, &["rollout", "status", "ds/agent", "--timeout=20s"]);
+    let out = server.kubectl_ok(&["rollout", "status", "ds/agent", "--timeout=20s"]);
     assert!(out.contains("successfully rolled out"), "{out}");
     wait_event(
         &client,
@@ -449,7 +437,7 @@ async fn daemonset_rolling_update_and_undo() {
         }
     };
     wait_for("first rollout", TIMEOUT, || available(3)).await;
-    kubectl(&server, &["rollout", "status", "ds/roll", "--timeout=20s"]);
+    server.kubectl_ok(&["rollout", "status", "ds/roll", "--timeout=20s"]);
 
     // New image: pods are replaced one node at a time.
     api.patch(
@@ -488,7 +476,7 @@ async fn daemonset_rolling_update_and_undo() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let out = kubectl(&server, &["rollout", "status", "ds/roll", "--timeout=20s"]);
+    let out = server.kubectl_ok(&["rollout", "status", "ds/roll", "--timeout=20s"]);
     assert!(out.contains("successfully rolled out"), "{out}");
     let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), NS);
     let owned = revisions
@@ -499,7 +487,7 @@ async fn daemonset_rolling_update_and_undo() {
     assert_eq!(owned.len(), 2, "one ControllerRevision per template");
 
     // kubectl rollout undo applies the previous revision's data.
-    kubectl(&server, &["rollout", "undo", "ds/roll"]);
+    server.kubectl_ok(&["rollout", "undo", "ds/roll"]);
     wait_for("undo to bring back img:1 everywhere", TIMEOUT, || async {
         let ds = api.get("roll").await.ok()?;
         let image = ds.spec.as_ref()?.template.spec.as_ref()?.containers[0]
@@ -607,7 +595,7 @@ async fn statefulset_ordered_creation_scale_down_and_partitioned_update() {
             .await
             .expect("a PVC per ordinal");
     }
-    let out = kubectl(&server, &["rollout", "status", "sts/web", "--timeout=20s"]);
+    let out = server.kubectl_ok(&["rollout", "status", "sts/web", "--timeout=20s"]);
     assert!(out.contains("roll out complete"), "{out}");
     wait_event(
         &client,
@@ -718,7 +706,7 @@ async fn statefulset_ordered_creation_scale_down_and_partitioned_update() {
     }
     let s = api.get("web").await.expect("sts").status.expect("status");
     assert_eq!(s.current_revision.as_deref(), Some(before.as_str()));
-    let out = kubectl(&server, &["rollout", "status", "sts/web", "--timeout=20s"]);
+    let out = server.kubectl_ok(&["rollout", "status", "sts/web", "--timeout=20s"]);
     assert!(out.contains("partitioned roll out complete"), "{out}");
 
     // Partition 0: the rest follow, highest first, and the update becomes current.
@@ -738,7 +726,7 @@ async fn statefulset_ordered_creation_scale_down_and_partitioned_update() {
         .then_some(())
     })
     .await;
-    kubectl(&server, &["rollout", "status", "sts/web", "--timeout=20s"]);
+    server.kubectl_ok(&["rollout", "status", "sts/web", "--timeout=20s"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -893,15 +881,12 @@ async fn job_completes_with_completions_and_parallelism() {
         "Created pod: calc-",
     )
     .await;
-    kubectl(
-        &server,
-        &[
-            "wait",
-            "--for=condition=complete",
-            "job/calc",
-            "--timeout=10s",
-        ],
-    );
+    server.kubectl_ok(&[
+        "wait",
+        "--for=condition=complete",
+        "job/calc",
+        "--timeout=10s",
+    ]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

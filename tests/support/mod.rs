@@ -180,6 +180,19 @@ impl Server {
         child.wait_with_output().expect("kubectl output")
     }
 
+    /// Runs the `kubectl` on PATH against this server; panics with its output unless it
+    /// succeeds, and returns its stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl_with(Path::new("kubectl"), args, None);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
     pub fn stop(&mut self) {
         unsafe_kill(&mut self.child, "TERM");
         let deadline = Instant::now() + Duration::from_secs(10);
