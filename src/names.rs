@@ -421,6 +421,53 @@ fn is_go_printable(c: char) -> bool {
         | 0x2060..=0x206f | 0xfeff | 0xfff9..=0xfffb | 0xe000..=0xf8ff | 0xf0000..)
 }
 
+/// The label keys a kubelet may set on its own Node (kube's `k8s.io/kubelet` well-known
+/// labels): the hostname, OS, architecture, instance-type and topology labels.
+const KUBELET_LABELS: &[&str] = &[
+    "kubernetes.io/hostname",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+];
+
+/// The label key namespaces (prefixes, and their subdomains) a kubelet may set freely.
+const KUBELET_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kubernetes.io"];
+
+/// The prefix of a label key (`a.b/c` → `a.b`); empty when it has none.
+fn label_namespace(key: &str) -> &str {
+    key.split_once('/').map_or("", |(prefix, _)| prefix)
+}
+
+fn in_namespace(namespace: &str, domain: &str) -> bool {
+    namespace == domain
+        || namespace
+            .strip_suffix(domain)
+            .is_some_and(|rest| rest.ends_with('.'))
+}
+
+/// Whether a node may add, change or remove the label `key` on its own Node (kube's
+/// NodeRestriction): never a `node-restriction.kubernetes.io` one, and of the
+/// `kubernetes.io` and `k8s.io` namespaces only the kubelet's own labels.
+pub fn node_may_set_label(key: &str) -> bool {
+    let namespace = label_namespace(key);
+    if in_namespace(namespace, "node-restriction.kubernetes.io") {
+        return false;
+    }
+    let kubernetes = in_namespace(namespace, "kubernetes.io") || in_namespace(namespace, "k8s.io");
+    !kubernetes
+        || KUBELET_LABELS.contains(&key)
+        || KUBELET_LABEL_NAMESPACES
+            .iter()
+            .any(|allowed| in_namespace(namespace, allowed))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -509,5 +556,34 @@ mod tests {
         assert_eq!(c_identifier("1a").len(), 1);
         assert!(percent("25%").is_empty());
         assert_eq!(percent("%").len(), 1);
+    }
+
+    #[test]
+    fn nodes_set_only_the_kubelet_labels_of_the_kubernetes_namespaces() {
+        for key in [
+            "kubernetes.io/hostname",
+            "topology.kubernetes.io/zone",
+            "node.kubernetes.io/instance-type",
+            "node.kubernetes.io/anything",
+            "kubelet.kubernetes.io/anything",
+            "sub.node.kubernetes.io/x",
+            "disk",
+            "example.com/disk",
+            "k3s.io/hostname",
+            "notkubernetes.io/x",
+        ] {
+            assert!(node_may_set_label(key), "{key}");
+        }
+        for key in [
+            "node-restriction.kubernetes.io/pool",
+            "a.node-restriction.kubernetes.io/pool",
+            "node-role.kubernetes.io/control-plane",
+            "kubernetes.io/other",
+            "k8s.io/x",
+            "x.k8s.io/y",
+            "topology.kubernetes.io/rack",
+        ] {
+            assert!(!node_may_set_label(key), "{key}");
+        }
     }
 }

@@ -686,3 +686,134 @@ async fn kubelet_runs_pods_through_cri() {
     kubelet.abort();
     drop(cluster.server);
 }
+
+/// The mount points of this process (where the kubelet under test runs) under `prefix`,
+/// with the host path each one shows (`/proc/self/mountinfo`'s root and mount point).
+fn mounts_under(prefix: &Path) -> Vec<(String, PathBuf)> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .expect("mountinfo")
+        .lines()
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split(' ').collect();
+            Some((fields.get(3)?.to_string(), PathBuf::from(fields.get(4)?)))
+        })
+        .filter(|(_, point)| point.starts_with(prefix))
+        .collect()
+}
+
+/// CVE-2017-1002101: an init container plants `evil -> /etc` in an emptyDir; a container
+/// mounting that emptyDir with `subPath: evil` must not start (the kubelet refuses the
+/// subpath, CreateContainerConfigError with kube's message), and the host's /etc is mounted
+/// nowhere; a sibling container with an ordinary subPath of the same volume runs and sees
+/// what the init container wrote there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_subpath_symlink_out_of_the_volume_is_not_mounted() {
+    let rt = runtime().await;
+    let cluster = Cluster::start().await;
+    let (kubelet, _ready) = cluster.start_kubelet(&rt);
+    let pod = create_pod(
+        &cluster,
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "subpath-escape"},
+            "spec": {
+                "nodeName": cluster.node_name,
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "initContainers": [{
+                    "name": "plant", "image": IMAGE,
+                    "command": ["sh", "-c", "ln -s /etc /data/evil && mkdir /data/ok && echo planted > /data/ok/note"],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }],
+                "containers": [
+                    {
+                        "name": "victim", "image": IMAGE,
+                        "command": ["sh", "-c", "cat /host-etc/hostname; exec sleep 3600"],
+                        "volumeMounts": [{"name": "data", "mountPath": "/host-etc", "subPath": "evil"}],
+                    },
+                    {
+                        "name": "fine", "image": IMAGE,
+                        "command": ["sh", "-c", "cat /ok/note; exec sleep 3600"],
+                        "volumeMounts": [{"name": "data", "mountPath": "/ok", "subPath": "ok"}],
+                    },
+                ],
+            }
+        }),
+    )
+    .await;
+    let uid = pod.metadata.uid.clone().expect("uid");
+    let refused = wait_for("the victim to be refused its subPath", Duration::from_secs(120), || async {
+        let p = cluster.pods().get("subpath-escape").await.ok()?;
+        let fine_running = container_state(&p, "fine")?.state?.running.is_some();
+        let waiting = container_state(&p, "victim")?.state?.waiting?;
+        (fine_running && waiting.reason.as_deref() == Some("CreateContainerConfigError"))
+            .then_some(waiting)
+    })
+    .await;
+    assert_eq!(
+        refused.message.as_deref(),
+        Some("failed to prepare subPath for volumeMount \"data\" of container \"victim\"")
+    );
+    let p = cluster.pods().get("subpath-escape").await.expect("pod");
+    let victim = container_state(&p, "victim").expect("victim status");
+    assert!(victim.container_id.is_none(), "the victim was created: {victim:?}");
+    assert_eq!(victim.restart_count, 0);
+    // The ordinary subPath works: the sibling read the planted note through it.
+    let logs = wait_for("the fine container's output", Duration::from_secs(30), || async {
+        let log = cluster
+            .pods()
+            .logs("subpath-escape", &kube::api::LogParams {
+                container: Some("fine".into()),
+                ..Default::default()
+            })
+            .await
+            .ok()?;
+        log.contains("planted").then_some(log)
+    })
+    .await;
+    assert!(logs.contains("planted"), "{logs}");
+    // No mount of the host's /etc anywhere under the pod; the one subpath mount is the ok dir.
+    let pod_dir = cluster.kubelet_dir.path().join("pods").join(&uid);
+    let mounts = mounts_under(&pod_dir);
+    assert!(
+        mounts.iter().all(|(root, _)| !root.starts_with("/etc")),
+        "{mounts:?}"
+    );
+    let subpaths: Vec<&PathBuf> = mounts
+        .iter()
+        .map(|(_, point)| point)
+        .filter(|point| point.starts_with(pod_dir.join("volume-subpaths")))
+        .collect();
+    assert_eq!(
+        subpaths,
+        [&pod_dir.join("volume-subpaths/data/fine/0")],
+        "{mounts:?}"
+    );
+    assert!(
+        std::fs::read_dir(pod_dir.join("volume-subpaths/data/victim"))
+            .map(|d| d.count() == 0)
+            .unwrap_or(true),
+        "nothing is made for the refused mount"
+    );
+
+    cluster
+        .pods()
+        .delete("subpath-escape", &DeleteParams::default())
+        .await
+        .expect("delete");
+    wait_for("the pod to go", Duration::from_secs(60), || async {
+        cluster
+            .pods()
+            .get_opt("subpath-escape")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    wait_for("the subpath mount to be unmounted", Duration::from_secs(30), || async {
+        mounts_under(&pod_dir).is_empty().then_some(())
+    })
+    .await;
+    kubelet.abort();
+}

@@ -776,3 +776,290 @@ fn the_in_process_scheduler_is_authorized_as_its_own_user() {
         std::thread::sleep(Duration::from_millis(250));
     }
 }
+
+/// The JSON a kubectl command printed (stdout).
+fn json_out(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(out)))
+}
+
+#[test]
+fn node_restriction_keeps_a_node_from_relabelling_or_untainting_itself() {
+    let server = Server::start();
+    let node = kubeconfig_for(&server, "system:node:worker-1", &["system:nodes"]);
+    // Registering: only labels a kubelet may set; taints at creation are the kubelet's own
+    // (--register-with-taints).
+    let register = |labels: &str| {
+        format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: worker-1\n  labels: {labels}\n\
+             spec:\n  taints: [{{key: dedicated, value: gpu, effect: NoSchedule}}]\n"
+        )
+    };
+    let out = kubectl_as_with_input(
+        &server,
+        &node,
+        &["create", "-f", "-"],
+        &register("{kubernetes.io/hostname: worker-1, node-restriction.kubernetes.io/pool: a, node-role.kubernetes.io/worker: \"true\"}"),
+    );
+    assert_denied(
+        &out,
+        "nodes \"worker-1\" is forbidden: node \"worker-1\" is not allowed to set the following labels: node-restriction.kubernetes.io/pool, node-role.kubernetes.io/worker",
+    );
+    let out = kubectl_as_with_input(
+        &server,
+        &node,
+        &["create", "-f", "-"],
+        &register("{kubernetes.io/hostname: worker-1, topology.kubernetes.io/zone: z1, node.kubernetes.io/instance-type: k3rs, disk: ssd}"),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    // An administrator pins the node to a pool and gives it a podCIDR and providerID.
+    admin(
+        &server,
+        &["label", "node", "worker-1", "node-restriction.kubernetes.io/pool=a"],
+    );
+    admin(
+        &server,
+        &[
+            "patch",
+            "node",
+            "worker-1",
+            "-p",
+            r#"{"spec":{"podCIDR":"10.42.7.0/24","podCIDRs":["10.42.7.0/24"],"providerID":"k3rs://worker-1"}}"#,
+        ],
+    );
+
+    // The node may change its own ordinary and kubelet labels...
+    for label in ["disk=nvme", "topology.kubernetes.io/zone=z2", "kubelet.kubernetes.io/x=y"] {
+        let out = kubectl_as(&server, &node, &["label", "--overwrite", "node", "worker-1", label]);
+        assert!(out.status.success(), "{label}: {}", text(&out));
+    }
+    // ...but not add, change or remove node-restriction labels, nor other kubernetes.io ones.
+    for (label, key) in [
+        ("node-restriction.kubernetes.io/pool=b", "node-restriction.kubernetes.io/pool"),
+        ("node-restriction.kubernetes.io/pool-", "node-restriction.kubernetes.io/pool"),
+        ("node-restriction.kubernetes.io/gpu=yes", "node-restriction.kubernetes.io/gpu"),
+        ("node-role.kubernetes.io/control-plane=true", "node-role.kubernetes.io/control-plane"),
+    ] {
+        let out = kubectl_as(&server, &node, &["label", "--overwrite", "node", "worker-1", label]);
+        assert_denied(
+            &out,
+            &format!("nodes \"worker-1\" is forbidden: is not allowed to modify labels: {key}"),
+        );
+    }
+    // Its taints are not its own to drop, change or add to.
+    for args in [
+        &["taint", "node", "worker-1", "dedicated-"][..],
+        &["taint", "node", "worker-1", "dedicated=cpu:NoSchedule", "--overwrite"],
+        &["taint", "node", "worker-1", "extra=1:NoExecute"],
+    ] {
+        let out = kubectl_as(&server, &node, args);
+        assert_denied(
+            &out,
+            "nodes \"worker-1\" is forbidden: node \"worker-1\" is not allowed to modify taints",
+        );
+    }
+    // A merge patch straight to the API is refused the same way.
+    let out = kubectl_as(
+        &server,
+        &node,
+        &["patch", "node", "worker-1", "-p", r#"{"spec":{"taints":null}}"#],
+    );
+    assert_denied(
+        &out,
+        "nodes \"worker-1\" is forbidden: node \"worker-1\" is not allowed to modify taints",
+    );
+    // podCIDR and providerID are fixed once set.
+    let out = kubectl_as(
+        &server,
+        &node,
+        &["patch", "node", "worker-1", "-p", r#"{"spec":{"podCIDR":"10.42.9.0/24","podCIDRs":["10.42.9.0/24"]}}"#],
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("node updates may not change podCIDR except from \"\" to valid"),
+        "{}",
+        text(&out)
+    );
+    let out = kubectl_as(
+        &server,
+        &node,
+        &["patch", "node", "worker-1", "-p", r#"{"spec":{"providerID":"k3rs://elsewhere"}}"#],
+    );
+    assert!(
+        text(&out).contains("node updates may not change providerID except from \"\" to valid"),
+        "{}",
+        text(&out)
+    );
+    // Another node's anything is off limits.
+    let out = server.kubectl_with(
+        Path::new("kubectl"),
+        &["create", "-f", "-"],
+        Some("apiVersion: v1\nkind: Node\nmetadata: {name: worker-2}\n"),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kubectl_as(&server, &node, &["label", "node", "worker-2", "disk=ssd"]);
+    assert_denied(
+        &out,
+        "nodes \"worker-2\" is forbidden: node \"worker-1\" is not allowed to modify node \"worker-2\"",
+    );
+    // Nothing the node was refused landed.
+    let out = server.kubectl_with(
+        Path::new("kubectl"),
+        &["get", "node", "worker-1", "-o", "json"],
+        None,
+    );
+    let stored = json_out(&out);
+    let labels = &stored["metadata"]["labels"];
+    assert_eq!(labels["node-restriction.kubernetes.io/pool"], "a");
+    assert_eq!(labels["disk"], "nvme");
+    assert!(labels.get("node-role.kubernetes.io/control-plane").is_none());
+    assert_eq!(
+        stored["spec"]["taints"],
+        serde_json::json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}])
+    );
+    assert_eq!(stored["spec"]["podCIDR"], "10.42.7.0/24");
+    assert_eq!(stored["spec"]["providerID"], "k3rs://worker-1");
+    // The administrator still may.
+    admin(&server, &["taint", "node", "worker-1", "dedicated-"]);
+    admin(&server, &["label", "node", "worker-1", "node-restriction.kubernetes.io/pool-"]);
+}
+
+/// A TokenRequest body for `pod` (name, uid) bound as given, or unbound.
+fn token_request(bound: Option<(&str, &str)>, seconds: i64) -> String {
+    let mut spec = serde_json::json!({"audiences": [], "expirationSeconds": seconds});
+    if let Some((name, uid)) = bound {
+        spec["boundObjectRef"] =
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid});
+    }
+    serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+        .to_string()
+}
+
+#[test]
+fn node_restriction_binds_a_nodes_tokens_to_its_own_pods_and_tokens_are_capped() {
+    let server = Server::start_with(&[
+        "--kube-apiserver-arg",
+        "service-account-max-token-expiration=2h",
+    ]);
+    server.wait_default_service_account("default");
+    let node = kubeconfig_for(&server, "system:node:worker-1", &["system:nodes"]);
+    let pods = r#"
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Pod, metadata: {name: mine}, spec: {nodeName: worker-1, containers: [{name: c, image: busybox}]}}
+- {apiVersion: v1, kind: Pod, metadata: {name: theirs}, spec: {nodeName: worker-2, containers: [{name: c, image: busybox}]}}
+"#;
+    let out = server.kubectl_with(Path::new("kubectl"), &["apply", "-f", "-"], Some(pods));
+    assert!(out.status.success(), "{}", text(&out));
+    let uid = |pod: &str| {
+        admin(&server, &["get", "pod", pod, "-o", "jsonpath={.metadata.uid}"])
+            .trim()
+            .to_string()
+    };
+    let (mine, theirs) = (uid("mine"), uid("theirs"));
+    let path = "/api/v1/namespaces/default/serviceaccounts/default/token";
+    let request = |who: &Path, body: String| {
+        let file = server.dir.path().join("token-request.json");
+        std::fs::write(&file, body).expect("write request");
+        kubectl_as(&server, who, &["create", "--raw", path, "-f", &file.to_string_lossy()])
+    };
+    for (bound, message) in [
+        (None, "node requested token not bound to a pod"),
+        (Some(("mine", "")), "node requested token with a pod binding without a uid"),
+        (Some(("theirs", theirs.as_str())), "node requested token bound to a pod scheduled on a different node"),
+    ] {
+        let out = request(&node, token_request(bound, 3600));
+        assert_denied(
+            &out,
+            &format!("serviceaccounts "default" is forbidden: {message}"),
+        );
+    }
+    let wrong_uid = "00000000-0000-0000-0000-000000000000";
+    let out = request(&node, token_request(Some(("mine", wrong_uid)), 3600));
+    assert_denied(
+        &out,
+        &format!("serviceaccounts "default" is forbidden: the UID in the bound object reference ({wrong_uid}) does not match the UID in record. The object might have been deleted and then recreated"),
+    );
+    // Bound to its own pod: issued, shortened to the cap with kube's warning.
+    let out = request(&node, token_request(Some(("mine", mine.as_str())), 3 * 3600));
+    assert!(out.status.success(), "{}", text(&out));
+    let issued = json_out(&out);
+    assert_eq!(issued["spec"]["expirationSeconds"], 7200);
+    assert!(issued["status"]["token"].as_str().is_some_and(|t| !t.is_empty()));
+    assert!(
+        text(&out).contains("requested expiration of 10800 seconds shortened to 7200 seconds"),
+        "{}",
+        text(&out)
+    );
+    // Below the cap it is as asked; beyond 2^32 seconds is invalid.
+    let out = request(&node, token_request(Some(("mine", mine.as_str())), 3600));
+    assert_eq!(json_out(&out)["spec"]["expirationSeconds"], 3600);
+    let out = request(&node, token_request(Some(("mine", mine.as_str())), (1 << 32) + 1));
+    assert!(
+        text(&out).contains("may not specify a duration larger than 2^32 seconds"),
+        "{}",
+        text(&out)
+    );
+    // An administrator's unbound token is not a node's business (and is capped too).
+    let out = server.kubectl_with(
+        Path::new("kubectl"),
+        &["create", "token", "default", "--duration=3h", "-o", "json"],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(json_out(&out)["spec"]["expirationSeconds"], 7200);
+}
+
+#[test]
+fn deny_service_external_ips_is_an_admission_plugin_behind_a_flag() {
+    let service = |name: &str, ips: &str| {
+        format!(
+            "apiVersion: v1
+kind: Service
+metadata: {{name: {name}}}
+             spec: {{ports: [{{port: 80}}], externalIPs: {ips}}}
+"
+        )
+    };
+    // Off by default, as in kube: external IPs are accepted.
+    let server = Server::start();
+    let out = server.kubectl_with(
+        Path::new("kubectl"),
+        &["create", "-f", "-"],
+        Some(&service("open", "[192.0.2.10]")),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    drop(server);
+
+    let server = Server::start_with(&[
+        "--kube-apiserver-arg",
+        "enable-admission-plugins=NodeRestriction,DenyServiceExternalIPs",
+    ]);
+    let out = server.kubectl_with(
+        Path::new("kubectl"),
+        &["create", "-f", "-"],
+        Some(&service("ext", "[192.0.2.10]")),
+    );
+    assert_denied(
+        &out,
+        "services "ext" is forbidden: Use of external IPs is denied by admission control",
+    );
+    let out = server.kubectl_with(
+        Path::new("kubectl"),
+        &["create", "-f", "-"],
+        Some(&service("plain", "[]")),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = server.kubectl_with(
+        Path::new("kubectl"),
+        &["patch", "service", "plain", "-p", r#"{"spec":{"externalIPs":["192.0.2.11"]}}"#],
+        None,
+    );
+    assert_denied(
+        &out,
+        "services "plain" is forbidden: Use of external IPs is denied by admission control",
+    );
+    // Other updates of the Service go through.
+    admin(&server, &["label", "service", "plain", "x=y"]);
+}

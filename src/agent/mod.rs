@@ -97,6 +97,42 @@ impl AgentOptions {
     }
 }
 
+/// Sets the labels of `node_name`'s Node that a node may not set on itself (the
+/// control-plane role labels, and any such `--node-label`), with `client`, a server's own
+/// identity, as k3s's server labels its own Node. Waits for the kubelet to register the
+/// Node, then merges the labels in; retries until it succeeds.
+pub async fn label_own_node(client: kube::Client, node_name: String, labels: BTreeMap<String, String>) {
+    let (_, restricted) = crate::kubelet::node::split_restricted(labels);
+    if restricted.is_empty() {
+        return;
+    }
+    let nodes: kube::Api<Node> = kube::Api::all(client);
+    let patch = serde_json::json!({"metadata": {"labels": restricted}});
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match nodes.get_opt(&node_name).await {
+            Ok(Some(_)) => match nodes
+                .patch(
+                    &node_name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(node = %node_name, labels = ?restricted.keys().collect::<Vec<_>>(), "set the server's own node labels");
+                    return;
+                }
+                Err(e) => tracing::warn!(error = %e, "labelling the server's own node; will retry"),
+            },
+            Ok(None) => {}
+            Err(e) => tracing::debug!(error = %e, "waiting for the server's own node"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
 /// The resolv.conf handed to pods: `--resolv-conf`, else systemd-resolved's upstream file
 /// when `/etc/resolv.conf` only names the local stub (127.0.0.53), else `/etc/resolv.conf`
 /// (as the kubelet in k3s does).

@@ -3,16 +3,73 @@
 //! (`sa_token::admit_pod`), and registering the resources of CustomResourceDefinitions when
 //! they are written or deleted; and, after field validation as kube's validating admission
 //! runs, the PodSecurity admission (`pod_security`), reading namespaces and pods from the
-//! watch cache for it.
+//! watch cache for it. With `enable-admission-plugins=DenyServiceExternalIPs` it refuses
+//! Services that add `spec.externalIPs` ([`Settings`]).
 
 use std::collections::HashSet;
 use std::net::IpAddr;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::AppState;
 use super::registry::ResourceInfo;
 use super::status::{ApiError, StatusCause};
+
+/// The admission settings `--kube-apiserver-arg` sets, and the TokenRequest cap that
+/// rides with them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// `enable-admission-plugins=DenyServiceExternalIPs`: no new `spec.externalIPs`.
+    pub deny_service_external_ips: bool,
+    /// `service-account-max-token-expiration`: longer TokenRequests are shortened to it
+    /// (with a warning); `None` (kube's default `0`) caps nothing.
+    pub max_token_expiration: Option<Duration>,
+}
+
+/// kube's DenyServiceExternalIPs message.
+const EXTERNAL_IPS_DENIED: &str =
+    "Use of external IPs is denied by admission control";
+
+/// DenyServiceExternalIPs: a Service may keep the external IPs it has, drop some, but not
+/// gain any (on create, any at all is refused), as kube's plugin does.
+fn deny_external_ips(
+    info: &ResourceInfo,
+    old: Option<&Value>,
+    service: &Value,
+) -> Result<(), ApiError> {
+    let ips = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(|v| v.pointer("/spec/externalIPs"))
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|ip| ip.as_str().map_or_else(|| ip.to_string(), str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let before = ips(old);
+    let added = ips(Some(service))
+        .into_iter()
+        .any(|ip| !before.contains(&ip));
+    if !added {
+        return Ok(());
+    }
+    let name = service
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let mut error = ApiError::forbidden(format!(
+        "{} \"{name}\" is forbidden: {EXTERNAL_IPS_DENIED}",
+        info.plural
+    ));
+    error.details = Some(Box::new(super::status::StatusDetails {
+        name: (!name.is_empty()).then(|| name.to_string()),
+        kind: Some(info.plural.clone()),
+        ..Default::default()
+    }));
+    Err(error)
+}
 
 fn service_ips_in_use(state: &AppState) -> (HashSet<IpAddr>, HashSet<i64>) {
     let (services, _) = state.cache.list("/registry/services/", None);
@@ -301,6 +358,9 @@ pub async fn on_create(
 ) -> Result<(), ApiError> {
     check_rbac_escalation(state, info, object)?;
     if info.group.is_empty() && info.plural == "services" {
+        if state.config.admission.deny_service_external_ips {
+            deny_external_ips(info, None, object)?;
+        }
         allocate_service(state, info, object).await?;
     }
     if info.group.is_empty() && info.plural == "pods" {
@@ -331,6 +391,9 @@ pub async fn on_update(
         super::crd::accept(new, &since);
     }
     if info.group.is_empty() && info.plural == "services" {
+        if state.config.admission.deny_service_external_ips {
+            deny_external_ips(info, Some(old), new)?;
+        }
         let new_type = new
             .pointer("/spec/type")
             .and_then(Value::as_str)

@@ -1360,6 +1360,14 @@ where
         }
         let mut warnings = warnings;
         if !direct {
+            // NodeRestriction: a node may not relabel or untaint its own Node.
+            if !status_only
+                && let Ok(Err(denied)) = super::authz::escalation::REQUESTER.try_with(|who| {
+                    super::authz::node::admit_update(who, &info.group, &info.plural, &old, &new)
+                })
+            {
+                return Err(denied);
+            }
             super::admission::on_update(state, info, &old, &mut new).await?;
             warnings.extend(super::admission::validate(
                 state,

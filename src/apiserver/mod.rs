@@ -113,6 +113,9 @@ pub struct ApiServerConfig {
     pub encryption: Option<Arc<encryption::Transformer>>,
     /// The audit log's policy, path and rotation (`--kube-apiserver-arg audit-*`).
     pub audit: audit::Settings,
+    /// Optional admission plugins and the TokenRequest cap (`--kube-apiserver-arg
+    /// enable-admission-plugins`, `service-account-max-token-expiration`).
+    pub admission: admission::Settings,
 }
 
 /// The store's raft clock, as `k3rs server --etcd-arg` sets it (the API server owns the

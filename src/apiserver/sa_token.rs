@@ -9,6 +9,9 @@
 //! audience and `nbf`/`exp` check out *and* the objects it names still exist with the same
 //! uids (a deleted pod's token stops working, as with bound tokens in Kubernetes).
 //!
+//! A node's request goes through NodeRestriction first (`authz::node::admit_token_request`);
+//! `service-account-max-token-expiration` caps `expirationSeconds` as kube-apiserver does.
+//!
 //! Owns the key file and token wire format; reads service accounts and pods from the watch
 //! cache only.
 
@@ -32,6 +35,8 @@ pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 /// TokenRequest's default `expirationSeconds`, and the shortest it allows.
 const DEFAULT_EXPIRATION: i64 = 3600;
 const MIN_EXPIRATION: i64 = 600;
+/// The longest `expirationSeconds` TokenRequest validation accepts (2^32).
+const MAX_EXPIRATION: i64 = 1 << 32;
 /// Clock skew tolerated on `nbf`/`iat` between nodes.
 const LEEWAY: i64 = 60;
 
@@ -455,23 +460,35 @@ pub async fn create(state: &AppState, target: &Target, request: &Value) -> ApiRe
             "service-account token signing is not configured",
         )
     })?;
+    // NodeRestriction: a node's token must be bound to a pod on that node.
+    if let Ok(Err(denied)) = super::authz::escalation::REQUESTER.try_with(|who| {
+        super::authz::node::admit_token_request(&state.cache, who, &namespace, &name, request)
+    }) {
+        return Err(denied);
+    }
     let account = cached(state, "serviceaccounts", &namespace, &name)
         .ok_or_else(|| ApiError::not_found("", "serviceaccounts", &name))?;
     let spec = &request["spec"];
-    let expiration = spec["expirationSeconds"]
+    let requested = spec["expirationSeconds"]
         .as_i64()
         .unwrap_or(DEFAULT_EXPIRATION);
-    if expiration < MIN_EXPIRATION {
+    let too_short = requested < MIN_EXPIRATION;
+    if too_short || requested > MAX_EXPIRATION {
         return Err(ApiError::invalid(
             "authentication.k8s.io",
             "TokenRequest",
             &name,
             vec![required(
                 "spec.expirationSeconds",
-                "may not specify a duration less than 10 minutes",
+                if too_short {
+                    "may not specify a duration less than 10 minutes"
+                } else {
+                    "may not specify a duration larger than 2^32 seconds"
+                },
             )],
         ));
     }
+    let (expiration, warning) = cap_expiration(requested, state.config.admission.max_token_expiration);
     let mut audiences: Vec<String> = spec["audiences"]
         .as_array()
         .map(|a| {
@@ -567,10 +584,33 @@ pub async fn create(state: &AppState, target: &Target, request: &Value) -> ApiRe
         "token": token,
         "expirationTimestamp": objects::format_rfc3339(now + expiration),
     });
-    Ok(json_response(
-        axum::http::StatusCode::CREATED,
-        serde_json::to_vec(&response).unwrap_or_default(),
+    Ok(super::handlers::with_warnings(
+        json_response(
+            axum::http::StatusCode::CREATED,
+            serde_json::to_vec(&response).unwrap_or_default(),
+        ),
+        &warning.into_iter().collect::<Vec<_>>(),
     ))
+}
+
+/// kube's `service-account-max-token-expiration`: a longer request is shortened to the
+/// cap, with the warning kube gives. Returns the expiration to issue and the warning.
+fn cap_expiration(requested: i64, max: Option<std::time::Duration>) -> (i64, Option<String>) {
+    let Some(max) = max
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .filter(|m| *m > 0)
+    else {
+        return (requested, None);
+    };
+    if requested <= max {
+        return (requested, None);
+    }
+    (
+        max,
+        Some(format!(
+            "requested expiration of {requested} seconds shortened to {max} seconds"
+        )),
+    )
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! `--kube-apiserver-arg key=value`: the k3s way of tuning the API server, parsed into
-//! [`ServingLimits`] and the audit log's [`audit::Settings`].
+//! [`ServingLimits`], the audit log's [`audit::Settings`] and the optional admission
+//! plugins and token cap ([`admission::Settings`]).
 //!
 //! Owns the names and value syntax of the kube-apiserver flags k3rs honours (whole
 //! numbers, seconds, Go durations like `60s` or `1m30s`). Unlike the controller-manager's,
@@ -13,7 +14,7 @@
 use std::time::Duration;
 
 use super::controller_manager::parse_go_duration;
-use crate::apiserver::audit;
+use crate::apiserver::{admission, audit};
 use crate::apiserver::limits::ServingLimits;
 
 /// The kube-apiserver flags k3rs honours, with a one-line description each.
@@ -60,15 +61,51 @@ pub const SUPPORTED: &[(&str, &str)] = &[
         "audit-log-maxsize",
         "megabytes the audit log grows to before it is rotated; 0 is 100 (default 0)",
     ),
+    (
+        "enable-admission-plugins",
+        "comma-separated; DenyServiceExternalIPs refuses Services that add externalIPs \
+         (NodeRestriction, PodSecurity, ServiceAccount and the defaults always run)",
+    ),
+    (
+        "service-account-max-token-expiration",
+        "longest TokenRequest issued, 1h to 2^32s; longer requests are shortened \
+         (default 0: no cap)",
+    ),
+];
+
+/// The admission plugins k3rs always runs (kube's defaults and the ones k3s enables):
+/// naming them in `enable-admission-plugins` changes nothing.
+const ALWAYS_ON_PLUGINS: &[&str] = &[
+    "NodeRestriction",
+    "PodSecurity",
+    "ServiceAccount",
+    "NamespaceLifecycle",
+    "LimitRanger",
+    "DefaultStorageClass",
+    "DefaultTolerationSeconds",
+    "MutatingAdmissionWebhook",
+    "ValidatingAdmissionWebhook",
+    "ResourceQuota",
+    "Priority",
+    "TaintNodesByCondition",
+    "PersistentVolumeClaimResize",
+    "RuntimeClass",
+    "CertificateApproval",
+    "CertificateSigning",
+    "CertificateSubjectRestriction",
+    "DefaultIngressClass",
+    "StorageObjectInUseProtection",
 ];
 
 /// What `--kube-apiserver-arg` sets: the serving limits, the
-/// `encryption-provider-config` file, the audit log, and the arguments k3rs ignores.
+/// `encryption-provider-config` file, the audit log, the arguments k3rs ignores, and the
+/// admission settings.
 pub type Parsed = (
     ServingLimits,
     Option<std::path::PathBuf>,
     audit::Settings,
     Vec<String>,
+    admission::Settings,
 );
 
 /// Applies `--kube-apiserver-arg` values (each `key=value`, an optional leading `--`
@@ -79,6 +116,7 @@ pub fn parse_args(args: &[String]) -> Result<Parsed, (String, String)> {
     let mut encryption = None;
     let mut audit = audit::Settings::default();
     let mut ignored = Vec::new();
+    let mut admission = admission::Settings::default();
     for arg in args {
         let fail = |reason: String| (arg.clone(), reason);
         let trimmed = arg.trim().trim_start_matches("--");
@@ -132,10 +170,35 @@ pub fn parse_args(args: &[String]) -> Result<Parsed, (String, String)> {
                 audit.max_backups = whole(value, "files").map_err(fail)?;
             }
             "audit-log-maxsize" => audit.max_size_mb = whole(value, "megabytes").map_err(fail)?,
+            "enable-admission-plugins" => {
+                let mut unknown = Vec::new();
+                for plugin in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                    match plugin {
+                        "DenyServiceExternalIPs" => admission.deny_service_external_ips = true,
+                        p if ALWAYS_ON_PLUGINS.contains(&p) => {}
+                        p => unknown.push(p),
+                    }
+                }
+                if !unknown.is_empty() {
+                    ignored.push(format!("enable-admission-plugins={}", unknown.join(",")));
+                }
+            }
+            "service-account-max-token-expiration" => {
+                let d = parse_go_duration(value).map_err(fail)?;
+                let (low, high) = (Duration::from_secs(3600), Duration::from_secs(1 << 32));
+                if !d.is_zero() && (d < low || d > high) {
+                    return Err(fail(
+                        "the service-account-max-token-expiration must be between 1 hour and \
+                         2^32 seconds"
+                            .into(),
+                    ));
+                }
+                admission.max_token_expiration = (!d.is_zero()).then_some(d);
+            }
             _ => ignored.push(arg.clone()),
         }
     }
-    Ok((limits, encryption, audit, ignored))
+    Ok((limits, encryption, audit, ignored, admission))
 }
 
 fn whole(value: &str, unit: &str) -> Result<u32, String> {
@@ -160,8 +223,9 @@ mod tests {
 
     #[test]
     fn defaults_are_kubes() {
-        let (limits, _, audit, ignored) = parse_args(&[]).expect("no args");
+        let (limits, _, audit, ignored, admission) = parse_args(&[]).expect("no args");
         assert!(audit.path.is_none() && audit.policy.is_none());
+        assert_eq!(admission, admission::Settings::default());
         assert_eq!(limits.max_requests_inflight, 400);
         assert_eq!(limits.max_mutating_requests_inflight, 200);
         assert_eq!(limits.request_timeout, Duration::from_secs(60));
@@ -179,7 +243,7 @@ mod tests {
         )
         .expect("write policy");
         let policy_arg = format!("audit-policy-file={}", policy.display());
-        let (limits, _, audit, ignored) = parse_args(&args(&[
+        let (limits, _, audit, ignored, admission) = parse_args(&args(&[
             "max-requests-inflight=10",
             "--max-mutating-requests-inflight=0",
             "request-timeout=1m30s",
@@ -190,9 +254,15 @@ mod tests {
             "audit-log-maxbackup=10",
             "audit-log-maxsize=100",
             "audit-log-mode=batch",
-            "enable-admission-plugins=NodeRestriction,PodSecurity",
+            "enable-admission-plugins=NodeRestriction,PodSecurity,DenyServiceExternalIPs,EventRateLimit",
+            "service-account-max-token-expiration=2h",
         ]))
         .expect("valid args");
+        assert!(admission.deny_service_external_ips);
+        assert_eq!(
+            admission.max_token_expiration,
+            Some(Duration::from_secs(7200))
+        );
         assert_eq!(audit.path.as_deref(), Some("/var/log/audit.log"));
         assert!(audit.policy.is_some());
         assert_eq!(
@@ -207,7 +277,7 @@ mod tests {
             ignored,
             args(&[
                 "audit-log-mode=batch",
-                "enable-admission-plugins=NodeRestriction,PodSecurity"
+                "enable-admission-plugins=EventRateLimit"
             ])
         );
     }
@@ -227,6 +297,8 @@ mod tests {
             "audit-log-maxbackup=ten",
             "audit-log-path=",
             "audit-policy-file=/nonexistent/policy.yaml",
+            "service-account-max-token-expiration=30m",
+            "service-account-max-token-expiration=1h-",
         ] {
             let (arg, reason) = parse_args(&args(&[bad])).expect_err(bad);
             assert_eq!(arg, bad);

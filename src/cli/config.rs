@@ -101,6 +101,8 @@ pub struct ServerConfig {
     pub audit: crate::apiserver::audit::Settings,
     /// The `--kube-apiserver-arg` items k3rs does not implement (logged at start).
     pub ignored_apiserver_args: Vec<String>,
+    /// Optional admission plugins and the TokenRequest cap (`--kube-apiserver-arg`).
+    pub admission: crate::apiserver::admission::Settings,
     /// `--disable-agent`.
     pub disable_agent: bool,
     /// `--disable-controller-manager`.
@@ -726,7 +728,7 @@ fn resolve(
     let controllers = super::controller_manager::parse_args(&kcm_args, cluster_cidr)
         .map_err(|(arg, reason)| s.invalid("kube-controller-manager-arg", &arg, reason))?;
     let apiserver_args = s.many("kube-apiserver-arg", |v| Ok(v.to_string()))?;
-    let (apiserver_limits, encryption_provider_config, audit, ignored_apiserver_args) =
+    let (apiserver_limits, encryption_provider_config, audit, ignored_apiserver_args, admission) =
         super::apiserver_args::parse_args(&apiserver_args)
             .map_err(|(arg, reason)| s.invalid("kube-apiserver-arg", &arg, reason))?;
     let cluster_init = s.flag("cluster-init");
@@ -796,6 +798,7 @@ fn resolve(
         controllers,
         apiserver_limits,
         ignored_apiserver_args,
+        admission,
         audit,
         disable_agent,
         disable_controller_manager,

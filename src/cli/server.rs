@@ -309,6 +309,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         pod_security: config.pod_security.clone(),
         encryption,
         audit: config.audit.clone(),
+        admission: config.admission.clone(),
     };
     for arg in &config.ignored_apiserver_args {
         tracing::warn!("k3rs ignores kube-apiserver arg {arg:?}: not implemented");
@@ -431,6 +432,13 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         None
     } else {
         let options = embedded_agent(&config, &prepared, &local_url)?;
+        // The labels NodeRestriction keeps from the kubelet (the control-plane role) are
+        // the server's to set.
+        tokio::spawn(crate::agent::label_own_node(
+            admin.clone(),
+            options.node_name.clone(),
+            options.node_labels(),
+        ));
         Some(tokio::spawn(crate::agent::run(options, notifier.clone())))
     };
     let removed = server.stopped_for_good();

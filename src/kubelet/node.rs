@@ -195,6 +195,17 @@ pub fn node_labels(node_name: &str, extra: &BTreeMap<String, String>) -> BTreeMa
     labels
 }
 
+/// `labels` split into those a node may set on its own Node and those NodeRestriction
+/// refuses it (`node-role.kubernetes.io/*`, `node-restriction.kubernetes.io/*`, other
+/// `kubernetes.io` labels); a server sets the latter on its own Node with its own identity.
+pub fn split_restricted(
+    labels: BTreeMap<String, String>,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    labels
+        .into_iter()
+        .partition(|(key, _)| crate::names::node_may_set_label(key))
+}
+
 /// Capacity and allocatable from the host facts and the reservations.
 pub fn resources(
     facts: &HostFacts,
@@ -314,7 +325,14 @@ impl NodeAgent {
 
     async fn try_register(&self) -> anyhow::Result<()> {
         let config = &self.kubelet.config;
-        let labels = node_labels(&config.node_name, &config.labels);
+        let (labels, restricted) = split_restricted(node_labels(&config.node_name, &config.labels));
+        if !restricted.is_empty() {
+            let keys: Vec<&str> = restricted.keys().map(String::as_str).collect();
+            tracing::warn!(
+                labels = ?keys,
+                "the kubelet does not set these labels: a node may not set them on itself (NodeRestriction); a server sets them on its own Node"
+            );
+        }
         match self.api().get_opt(&config.node_name).await? {
             None => {
                 let node = Node {
@@ -350,9 +368,10 @@ impl NodeAgent {
                     .await;
             }
             Some(existing) => {
-                // An existing Node keeps the taints an admin set, gains any configured ones
-                // it lacks, and has its kubelet-owned labels refreshed.
-                let mut taints = existing
+                // An existing Node keeps its taints (NodeRestriction forbids a node to change
+                // them, as the kubelet's --register-with-taints applies at creation only) and
+                // has its kubelet-owned labels refreshed.
+                let taints = existing
                     .spec
                     .as_ref()
                     .and_then(|s| s.taints.clone())
@@ -362,13 +381,13 @@ impl NodeAgent {
                         .iter()
                         .any(|x| x.key == t.key && x.effect == t.effect)
                     {
-                        taints.push(t.clone());
+                        tracing::warn!(
+                            taint = %t.key,
+                            "the Node already exists without a configured taint; a node may not add taints to itself, so an administrator must add it"
+                        );
                     }
                 }
-                let patch = serde_json::json!({
-                    "metadata": {"labels": labels},
-                    "spec": {"taints": if taints.is_empty() { serde_json::Value::Null } else { serde_json::to_value(&taints)? }},
-                });
+                let patch = serde_json::json!({"metadata": {"labels": labels}});
                 self.api()
                     .patch(
                         &config.node_name,
@@ -730,6 +749,14 @@ mod tests {
         assert_eq!(labels["kubernetes.io/os"], "linux");
         assert_eq!(labels["beta.kubernetes.io/arch"], crate::cli::go_arch());
         assert_eq!(labels["node-role.kubernetes.io/control-plane"], "true");
+        let (own, restricted) = split_restricted(labels);
+        assert_eq!(own["kubernetes.io/hostname"], "n1");
+        assert_eq!(own["node.kubernetes.io/instance-type"], "k3rs");
+        assert!(!own.contains_key("node-role.kubernetes.io/control-plane"));
+        assert_eq!(
+            restricted.keys().collect::<Vec<_>>(),
+            ["node-role.kubernetes.io/control-plane"]
+        );
     }
 
     #[test]

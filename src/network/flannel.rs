@@ -247,8 +247,16 @@ pub fn peers(nodes: &[&Node], own_name: &str, backend: FlannelBackend) -> Vec<Pe
                     vtep_mac: None,
                 }),
                 FlannelBackend::Vxlan => {
-                    let data: BackendData =
-                        serde_json::from_str(annotation(ANNOTATION_BACKEND_DATA)?).ok()?;
+                    let raw = annotation(ANNOTATION_BACKEND_DATA)?;
+                    let data: BackendData = match serde_json::from_str(raw) {
+                        Ok(data) => data,
+                        Err(e) => {
+                            warn_once(&format!("backend-data/{name}/{raw}"), || {
+                                tracing::warn!(node = %name, error = %e, "skipping a peer: its flannel backend-data is not the JSON flannel writes")
+                            });
+                            return None;
+                        }
+                    };
                     if data.vtep_mac.is_empty()
                         || annotation(ANNOTATION_BACKEND_TYPE).map(String::as_str) != Some("vxlan")
                     {
@@ -264,9 +272,18 @@ pub fn peers(nodes: &[&Node], own_name: &str, backend: FlannelBackend) -> Vec<Pe
                             return None;
                         }
                     };
-                    let ip = annotation(ANNOTATION_PUBLIC_IP)
-                        .and_then(|ip| ip.parse().ok())
-                        .or_else(|| internal_ipv4(node))?;
+                    let ip = match annotation(ANNOTATION_PUBLIC_IP) {
+                        None => internal_ipv4(node)?,
+                        Some(raw) => match parse_public_ip(raw) {
+                            Ok(ip) => ip,
+                            Err(problem) => {
+                                warn_once(&format!("public-ip/{name}/{raw}"), || {
+                                    tracing::warn!(node = %name, problem, "skipping a peer: its flannel public-ip is not a usable IPv4 address")
+                                });
+                                return None;
+                            }
+                        },
+                    };
                     Some(Peer {
                         name,
                         pod_cidr,
@@ -280,6 +297,19 @@ pub fn peers(nodes: &[&Node], own_name: &str, backend: FlannelBackend) -> Vec<Pe
         .collect();
     out.sort();
     out
+}
+
+/// Another node's `public-ip` annotation as a VXLAN underlay address: an IPv4 unicast
+/// address (an FDB entry pointing at a broadcast, multicast, loopback or unspecified address
+/// would send the node's pod traffic somewhere it should not go).
+fn parse_public_ip(text: &str) -> Result<Ipv4Addr, String> {
+    let ip: Ipv4Addr = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not an IPv4 address"))?;
+    if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || ip.is_loopback() {
+        return Err(format!("{ip} is not a unicast address"));
+    }
+    Ok(ip)
 }
 
 /// The gateway of a vxlan peer: its pod CIDR's network address, which is the address of its
@@ -969,6 +999,51 @@ mod tests {
                 .map(|m| m.to_string()),
             Ok("aa:bb:0c:00:11:22".to_string())
         );
+    }
+
+    #[test]
+    fn a_peer_whose_public_ip_or_backend_data_does_not_parse_is_skipped() {
+        let good_data = r#"{"VNI":1,"VtepMAC":"02:00:00:00:00:01"}"#;
+        let vxlan_node = |name: &str, cidr: &str, data: &str, public_ip: Option<&str>| {
+            let mut annotations = vec![
+                (ANNOTATION_BACKEND_DATA, data.to_string()),
+                (ANNOTATION_BACKEND_TYPE, "vxlan".to_string()),
+            ];
+            if let Some(ip) = public_ip {
+                annotations.push((ANNOTATION_PUBLIC_IP, ip.to_string()));
+            }
+            let refs: Vec<(&str, &str)> =
+                annotations.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            node(name, Some(cidr), "10.97.1.11", &refs)
+        };
+        for (data, public_ip) in [
+            (good_data, Some("10.97.1.99 dev lo")),
+            (good_data, Some("10.97.1.99\nroute del default")),
+            (good_data, Some("fd00::1")),
+            (good_data, Some("255.255.255.255")),
+            (good_data, Some("224.0.0.1")),
+            (good_data, Some("127.0.0.1")),
+            (good_data, Some("0.0.0.0")),
+            (good_data, Some("")),
+            ("not json", None),
+            (r#"{"VNI":"one","VtepMAC":"02:00:00:00:00:01"}"#, None),
+        ] {
+            let nodes = [
+                node("me", Some("10.96.0.0/24"), "10.97.1.10", &[]),
+                vxlan_node("evil", "10.96.1.0/24", data, public_ip),
+                vxlan_node("good", "10.96.2.0/24", good_data, Some("10.97.1.50")),
+            ];
+            let refs: Vec<&Node> = nodes.iter().collect();
+            let peers = peers(&refs, "me", FlannelBackend::Vxlan);
+            assert_eq!(peers.len(), 1, "{data:?} {public_ip:?}");
+            assert_eq!(peers[0].name, "good");
+            assert_eq!(peers[0].ip, Ipv4Addr::new(10, 97, 1, 50));
+        }
+        // Without the annotation the InternalIP is the underlay address.
+        let nodes = [vxlan_node("plain", "10.96.3.0/24", good_data, None)];
+        let refs: Vec<&Node> = nodes.iter().collect();
+        let peers = peers(&refs, "me", FlannelBackend::Vxlan);
+        assert_eq!(peers[0].ip, Ipv4Addr::new(10, 97, 1, 11));
     }
 
     #[test]

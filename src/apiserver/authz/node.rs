@@ -9,7 +9,12 @@
 //! * writes to `nodes` and `nodes/status` only for its own Node; `leases` only its own, in
 //!   `kube-node-lease`;
 //! * pod status updates, deletions and evictions only of pods bound to it; pod creation only
-//!   of mirror pods of itself ([`admit_create`]).
+//!   of mirror pods of itself ([`admit_create`]);
+//! * its own Node only with labels a node may set (never `node-restriction.kubernetes.io/*`,
+//!   of `kubernetes.io`/`k8s.io` only the kubelet's), no `configSource`, and on update no
+//!   change to its taints ([`admit_create`], [`admit_update`]);
+//! * service-account tokens only bound to a pod (name and uid) scheduled on itself
+//!   ([`admit_token_request`]).
 //!
 //! Everything else a node may do stays with the static node rules ([`super::policy::NODE`]):
 //! the node components (proxy, DNS, pod network) read Services, EndpointSlices, Nodes and
@@ -247,9 +252,28 @@ impl Request<'_> {
     }
 }
 
+/// The 403 of NodeRestriction: `<resource> "<name>" is forbidden: <reason>`, with kube's
+/// details.
+fn restriction(group: &str, resource: &str, name: &str, reason: String) -> ApiError {
+    let what = qualified(group, resource);
+    let mut error = ApiError::forbidden(if name.is_empty() {
+        format!("{what} is forbidden: {reason}")
+    } else {
+        format!("{what} \"{name}\" is forbidden: {reason}")
+    });
+    error.details = Some(Box::new(StatusDetails {
+        name: (!name.is_empty()).then(|| name.to_string()),
+        group: (!group.is_empty()).then(|| group.to_string()),
+        kind: Some(resource.to_string()),
+        ..Default::default()
+    }));
+    error
+}
+
 /// NodeRestriction for objects a node creates (their names and contents are in the
-/// body): its own Node, its own Lease, and mirror pods bound to itself that reference no
-/// other objects. `Ok` for everyone else.
+/// body): its own Node (only with labels a node may set, no `configSource`), its own
+/// Lease, and mirror pods bound to itself that reference no other objects. `Ok` for
+/// everyone else.
 pub fn admit_create(
     who: &Identity,
     group: &str,
@@ -260,25 +284,26 @@ pub fn admit_create(
         return Ok(());
     };
     let name = object["metadata"]["name"].as_str().unwrap_or_default();
-    let reject = |reason: String| {
-        let what = qualified(group, resource);
-        let mut error = ApiError::forbidden(if name.is_empty() {
-            format!("{what} is forbidden: {reason}")
-        } else {
-            format!("{what} \"{name}\" is forbidden: {reason}")
-        });
-        error.details = Some(Box::new(StatusDetails {
-            name: (!name.is_empty()).then(|| name.to_string()),
-            group: (!group.is_empty()).then(|| group.to_string()),
-            kind: Some(resource.to_string()),
-            ..Default::default()
-        }));
-        Err(error)
-    };
+    let reject = |reason: String| Err(restriction(group, resource, name, reason));
     match (group, resource) {
         ("", "nodes") if name != node => reject(format!(
             "node \"{node}\" is not allowed to modify node \"{name}\""
         )),
+        ("", "nodes") => {
+            if !is_unset(&object["spec"]["configSource"]) {
+                return reject(format!(
+                    "node \"{node}\" is not allowed to create pods with a non-nil configSource"
+                ));
+            }
+            let forbidden = forbidden_labels(&object["metadata"]["labels"], &Value::Null);
+            if !forbidden.is_empty() {
+                return reject(format!(
+                    "node \"{node}\" is not allowed to set the following labels: {}",
+                    forbidden.join(", ")
+                ));
+            }
+            Ok(())
+        }
         ("coordination.k8s.io", "leases") if name != node => reject(
             "can only access node lease with the same name as the requesting node".to_string(),
         ),
@@ -288,6 +313,114 @@ pub fn admit_create(
         },
         _ => Ok(()),
     }
+}
+
+/// NodeRestriction for a node's update of its own Node (the authorizer already refused
+/// other nodes'): no new `configSource`, no change to its taints (a node that could drop
+/// a taint would steer workloads to itself), and no change to labels a node may not set
+/// ([`crate::names::node_may_set_label`]). Status updates never reach here: they keep the
+/// stored metadata and spec. `Ok` for everyone else and every other resource.
+pub fn admit_update(
+    who: &Identity,
+    group: &str,
+    resource: &str,
+    old: &Value,
+    new: &Value,
+) -> Result<(), ApiError> {
+    let Some(node) = node_name(who) else {
+        return Ok(());
+    };
+    if (group, resource) != ("", "nodes") {
+        return Ok(());
+    }
+    let name = new["metadata"]["name"].as_str().unwrap_or_default();
+    let reject = |reason: String| Err(restriction(group, resource, name, reason));
+    let config_source = &new["spec"]["configSource"];
+    if !is_unset(config_source) && *config_source != old["spec"]["configSource"] {
+        return reject(format!(
+            "node \"{node}\" is not allowed to update configSource to a new non-nil configSource"
+        ));
+    }
+    if !same_list(&new["spec"]["taints"], &old["spec"]["taints"]) {
+        return reject(format!("node \"{node}\" is not allowed to modify taints"));
+    }
+    let forbidden = forbidden_labels(&new["metadata"]["labels"], &old["metadata"]["labels"]);
+    if !forbidden.is_empty() {
+        // kube's wording names no node here.
+        return reject(format!(
+            "is not allowed to modify labels: {}",
+            forbidden.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// NodeRestriction for `serviceaccounts/<name>/token` requested by a node: the token must
+/// be bound to a pod (by name and uid) that is scheduled on that node. `Ok` for everyone
+/// else.
+pub fn admit_token_request(
+    cache: &WatchCache,
+    who: &Identity,
+    namespace: &str,
+    account: &str,
+    request: &Value,
+) -> Result<(), ApiError> {
+    let Some(node) = node_name(who) else {
+        return Ok(());
+    };
+    let reject = |reason: &str| Err(restriction("", "serviceaccounts", account, reason.into()));
+    let bound = &request["spec"]["boundObjectRef"];
+    let field = |key: &str| bound[key].as_str().unwrap_or_default();
+    if field("apiVersion") != "v1" || field("kind") != "Pod" || field("name").is_empty() {
+        return reject("node requested token not bound to a pod");
+    }
+    if field("uid").is_empty() {
+        return reject("node requested token with a pod binding without a uid");
+    }
+    let pod_name = field("name");
+    let Some(pod) = cache.get(&format!("/registry/pods/{namespace}/{pod_name}")) else {
+        return Err(ApiError::not_found("", "pods", pod_name));
+    };
+    let pod: Value = serde_json::from_slice(&pod.bytes).unwrap_or_default();
+    if pod["metadata"]["uid"].as_str() != Some(field("uid")) {
+        return reject(&format!(
+            "the UID in the bound object reference ({}) does not match the UID in record. The object might have been deleted and then recreated",
+            field("uid")
+        ));
+    }
+    if pod["spec"]["nodeName"].as_str() != Some(node) {
+        return reject("node requested token bound to a pod scheduled on a different node");
+    }
+    Ok(())
+}
+
+/// Absent or `null` (kube's nil pointer).
+fn is_unset(value: &Value) -> bool {
+    value.is_null()
+}
+
+/// Two lists equal as kube's semantic equality sees them: absent, `null` and `[]` alike.
+fn same_list(a: &Value, b: &Value) -> bool {
+    let items = |v: &Value| v.as_array().cloned().unwrap_or_default();
+    items(a) == items(b)
+}
+
+/// The keys whose values differ between the label maps `new` and `old` (added, removed or
+/// changed) that a node may not touch, sorted.
+fn forbidden_labels(new: &Value, old: &Value) -> Vec<String> {
+    let empty = serde_json::Map::new();
+    let new = new.as_object().unwrap_or(&empty);
+    let old = old.as_object().unwrap_or(&empty);
+    let mut keys: Vec<String> = new
+        .iter()
+        .filter(|(k, v)| old.get(*k) != Some(*v))
+        .chain(old.iter().filter(|(k, v)| new.get(*k) != Some(*v)))
+        .map(|(k, _)| k.clone())
+        .filter(|k| !crate::names::node_may_set_label(k))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
 }
 
 /// Why `node` may not create `pod` (Kubernetes's NodeRestriction for mirror pods).

@@ -9,6 +9,7 @@ pub mod env;
 pub mod probes;
 pub mod spec;
 pub mod status;
+pub mod subpath;
 pub mod volumes;
 pub mod worker;
 

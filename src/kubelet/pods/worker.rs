@@ -19,6 +19,7 @@ use super::backoff::Backoff;
 use super::env::{self, EnvContext, Sources};
 use super::probes::{self, Handler, Kind, Outcome, ProbeState};
 use super::spec;
+use super::subpath;
 use super::status::{self, ContainerView, PodView};
 use super::volumes::{self, Prepared};
 use crate::controllers::events::EventType;
@@ -1000,7 +1001,8 @@ impl Worker {
         vars: &BTreeMap<String, String>,
     ) -> Result<Vec<cri::Mount>, String> {
         let mut mounts = Vec::new();
-        for vm in c.volume_mounts.iter().flatten() {
+        let pod_dir = volumes::pod_dir(&self.kubelet.config.root_dir, &self.uid);
+        for (index, vm) in c.volume_mounts.iter().flatten().enumerate() {
             let prepared = self.volumes.get(&vm.name).ok_or_else(|| {
                 format!(
                     "cannot find volume \"{}\" to mount into container \"{}\"",
@@ -1021,12 +1023,25 @@ impl Worker {
                     {
                         return Err(format!("invalid subpath {sub:?}"));
                     }
-                    let path = prepared.host_path.join(&sub);
-                    if !path.exists() && !prepared.read_only {
-                        std::fs::create_dir_all(&path)
-                            .map_err(|e| format!("creating subpath {}: {e}", path.display()))?;
-                    }
-                    path
+                    // Opened without leaving the volume (a planted symlink may not lead
+                    // out of it) and bind-mounted from the open descriptor, as the kubelet's
+                    // safe subpath does; the details stay in the log, as the kubelet keeps
+                    // host paths out of the pod's status.
+                    let failed = |e: &dyn std::fmt::Display| {
+                        tracing::warn!(pod = %self.uid, container = %c.name, volume = %vm.name, error = %e, "preparing a subPath mount");
+                        format!(
+                            "failed to prepare subPath for volumeMount \"{}\" of container \"{}\"",
+                            vm.name, c.name
+                        )
+                    };
+                    let mode = std::fs::metadata(&prepared.host_path)
+                        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
+                        .unwrap_or(0o755);
+                    let fd = subpath::open_beneath(&prepared.host_path, &sub, !prepared.read_only, mode)
+                        .map_err(|e| failed(&e))?;
+                    let target = subpath::target(&pod_dir, &vm.name, &c.name, index);
+                    subpath::bind(&fd, &target).map_err(|e| failed(&e))?;
+                    target
                 }
                 None => prepared.host_path.clone(),
             };
@@ -1043,7 +1058,6 @@ impl Worker {
                 ..Default::default()
             });
         }
-        let pod_dir = volumes::pod_dir(&self.kubelet.config.root_dir, &self.uid);
         let host_network = pod
             .spec
             .as_ref()
