@@ -742,13 +742,17 @@ async fn a_subpath_symlink_out_of_the_volume_is_not_mounted() {
     )
     .await;
     let uid = pod.metadata.uid.clone().expect("uid");
-    let refused = wait_for("the victim to be refused its subPath", Duration::from_secs(120), || async {
-        let p = cluster.pods().get("subpath-escape").await.ok()?;
-        let fine_running = container_state(&p, "fine")?.state?.running.is_some();
-        let waiting = container_state(&p, "victim")?.state?.waiting?;
-        (fine_running && waiting.reason.as_deref() == Some("CreateContainerConfigError"))
-            .then_some(waiting)
-    })
+    let refused = wait_for(
+        "the victim to be refused its subPath",
+        Duration::from_secs(120),
+        || async {
+            let p = cluster.pods().get("subpath-escape").await.ok()?;
+            let fine_running = container_state(&p, "fine")?.state?.running.is_some();
+            let waiting = container_state(&p, "victim")?.state?.waiting?;
+            (fine_running && waiting.reason.as_deref() == Some("CreateContainerConfigError"))
+                .then_some(waiting)
+        },
+    )
     .await;
     assert_eq!(
         refused.message.as_deref(),
@@ -756,20 +760,30 @@ async fn a_subpath_symlink_out_of_the_volume_is_not_mounted() {
     );
     let p = cluster.pods().get("subpath-escape").await.expect("pod");
     let victim = container_state(&p, "victim").expect("victim status");
-    assert!(victim.container_id.is_none(), "the victim was created: {victim:?}");
+    assert!(
+        victim.container_id.is_none(),
+        "the victim was created: {victim:?}"
+    );
     assert_eq!(victim.restart_count, 0);
     // The ordinary subPath works: the sibling read the planted note through it.
-    let logs = wait_for("the fine container's output", Duration::from_secs(30), || async {
-        let log = cluster
-            .pods()
-            .logs("subpath-escape", &kube::api::LogParams {
-                container: Some("fine".into()),
-                ..Default::default()
-            })
-            .await
-            .ok()?;
-        log.contains("planted").then_some(log)
-    })
+    let logs = wait_for(
+        "the fine container's output",
+        Duration::from_secs(30),
+        || async {
+            let log = cluster
+                .pods()
+                .logs(
+                    "subpath-escape",
+                    &kube::api::LogParams {
+                        container: Some("fine".into()),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .ok()?;
+            log.contains("planted").then_some(log)
+        },
+    )
     .await;
     assert!(logs.contains("planted"), "{logs}");
     // No mount of the host's /etc anywhere under the pod; the one subpath mount is the ok dir.
@@ -811,9 +825,11 @@ async fn a_subpath_symlink_out_of_the_volume_is_not_mounted() {
             .then_some(())
     })
     .await;
-    wait_for("the subpath mount to be unmounted", Duration::from_secs(30), || async {
-        mounts_under(&pod_dir).is_empty().then_some(())
-    })
+    wait_for(
+        "the subpath mount to be unmounted",
+        Duration::from_secs(30),
+        || async { mounts_under(&pod_dir).is_empty().then_some(()) },
+    )
     .await;
     kubelet.abort();
 }

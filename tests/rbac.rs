@@ -779,8 +779,7 @@ fn the_in_process_scheduler_is_authorized_as_its_own_user() {
 
 /// The JSON a kubectl command printed (stdout).
 fn json_out(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(out)))
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(out)))
 }
 
 #[test]
@@ -799,7 +798,9 @@ fn node_restriction_keeps_a_node_from_relabelling_or_untainting_itself() {
         &server,
         &node,
         &["create", "-f", "-"],
-        &register("{kubernetes.io/hostname: worker-1, node-restriction.kubernetes.io/pool: a, node-role.kubernetes.io/worker: \"true\"}"),
+        &register(
+            "{kubernetes.io/hostname: worker-1, node-restriction.kubernetes.io/pool: a, node-role.kubernetes.io/worker: \"true\"}",
+        ),
     );
     assert_denied(
         &out,
@@ -809,13 +810,20 @@ fn node_restriction_keeps_a_node_from_relabelling_or_untainting_itself() {
         &server,
         &node,
         &["create", "-f", "-"],
-        &register("{kubernetes.io/hostname: worker-1, topology.kubernetes.io/zone: z1, node.kubernetes.io/instance-type: k3rs, disk: ssd}"),
+        &register(
+            "{kubernetes.io/hostname: worker-1, topology.kubernetes.io/zone: z1, node.kubernetes.io/instance-type: k3rs, disk: ssd}",
+        ),
     );
     assert!(out.status.success(), "{}", text(&out));
     // An administrator pins the node to a pool and gives it a podCIDR and providerID.
     admin(
         &server,
-        &["label", "node", "worker-1", "node-restriction.kubernetes.io/pool=a"],
+        &[
+            "label",
+            "node",
+            "worker-1",
+            "node-restriction.kubernetes.io/pool=a",
+        ],
     );
     admin(
         &server,
@@ -829,18 +837,42 @@ fn node_restriction_keeps_a_node_from_relabelling_or_untainting_itself() {
     );
 
     // The node may change its own ordinary and kubelet labels...
-    for label in ["disk=nvme", "topology.kubernetes.io/zone=z2", "kubelet.kubernetes.io/x=y"] {
-        let out = kubectl_as(&server, &node, &["label", "--overwrite", "node", "worker-1", label]);
+    for label in [
+        "disk=nvme",
+        "topology.kubernetes.io/zone=z2",
+        "kubelet.kubernetes.io/x=y",
+    ] {
+        let out = kubectl_as(
+            &server,
+            &node,
+            &["label", "--overwrite", "node", "worker-1", label],
+        );
         assert!(out.status.success(), "{label}: {}", text(&out));
     }
     // ...but not add, change or remove node-restriction labels, nor other kubernetes.io ones.
     for (label, key) in [
-        ("node-restriction.kubernetes.io/pool=b", "node-restriction.kubernetes.io/pool"),
-        ("node-restriction.kubernetes.io/pool-", "node-restriction.kubernetes.io/pool"),
-        ("node-restriction.kubernetes.io/gpu=yes", "node-restriction.kubernetes.io/gpu"),
-        ("node-role.kubernetes.io/control-plane=true", "node-role.kubernetes.io/control-plane"),
+        (
+            "node-restriction.kubernetes.io/pool=b",
+            "node-restriction.kubernetes.io/pool",
+        ),
+        (
+            "node-restriction.kubernetes.io/pool-",
+            "node-restriction.kubernetes.io/pool",
+        ),
+        (
+            "node-restriction.kubernetes.io/gpu=yes",
+            "node-restriction.kubernetes.io/gpu",
+        ),
+        (
+            "node-role.kubernetes.io/control-plane=true",
+            "node-role.kubernetes.io/control-plane",
+        ),
     ] {
-        let out = kubectl_as(&server, &node, &["label", "--overwrite", "node", "worker-1", label]);
+        let out = kubectl_as(
+            &server,
+            &node,
+            &["label", "--overwrite", "node", "worker-1", label],
+        );
         assert_denied(
             &out,
             &format!("nodes \"worker-1\" is forbidden: is not allowed to modify labels: {key}"),
@@ -849,7 +881,13 @@ fn node_restriction_keeps_a_node_from_relabelling_or_untainting_itself() {
     // Its taints are not its own to drop, change or add to.
     for args in [
         &["taint", "node", "worker-1", "dedicated-"][..],
-        &["taint", "node", "worker-1", "dedicated=cpu:NoSchedule", "--overwrite"],
+        &[
+            "taint",
+            "node",
+            "worker-1",
+            "dedicated=cpu:NoSchedule",
+            "--overwrite",
+        ],
         &["taint", "node", "worker-1", "extra=1:NoExecute"],
     ] {
         let out = kubectl_as(&server, &node, args);
@@ -862,7 +900,13 @@ fn node_restriction_keeps_a_node_from_relabelling_or_untainting_itself() {
     let out = kubectl_as(
         &server,
         &node,
-        &["patch", "node", "worker-1", "-p", r#"{"spec":{"taints":null}}"#],
+        &[
+            "patch",
+            "node",
+            "worker-1",
+            "-p",
+            r#"{"spec":{"taints":null}}"#,
+        ],
     );
     assert_denied(
         &out,
@@ -872,7 +916,13 @@ fn node_restriction_keeps_a_node_from_relabelling_or_untainting_itself() {
     let out = kubectl_as(
         &server,
         &node,
-        &["patch", "node", "worker-1", "-p", r#"{"spec":{"podCIDR":"10.42.9.0/24","podCIDRs":["10.42.9.0/24"]}}"#],
+        &[
+            "patch",
+            "node",
+            "worker-1",
+            "-p",
+            r#"{"spec":{"podCIDR":"10.42.9.0/24","podCIDRs":["10.42.9.0/24"]}}"#,
+        ],
     );
     assert!(!out.status.success());
     assert!(
@@ -883,7 +933,13 @@ fn node_restriction_keeps_a_node_from_relabelling_or_untainting_itself() {
     let out = kubectl_as(
         &server,
         &node,
-        &["patch", "node", "worker-1", "-p", r#"{"spec":{"providerID":"k3rs://elsewhere"}}"#],
+        &[
+            "patch",
+            "node",
+            "worker-1",
+            "-p",
+            r#"{"spec":{"providerID":"k3rs://elsewhere"}}"#,
+        ],
     );
     assert!(
         text(&out).contains("node updates may not change providerID except from \"\" to valid"),
@@ -912,7 +968,11 @@ fn node_restriction_keeps_a_node_from_relabelling_or_untainting_itself() {
     let labels = &stored["metadata"]["labels"];
     assert_eq!(labels["node-restriction.kubernetes.io/pool"], "a");
     assert_eq!(labels["disk"], "nvme");
-    assert!(labels.get("node-role.kubernetes.io/control-plane").is_none());
+    assert!(
+        labels
+            .get("node-role.kubernetes.io/control-plane")
+            .is_none()
+    );
     assert_eq!(
         stored["spec"]["taints"],
         serde_json::json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}])
@@ -921,7 +981,15 @@ fn node_restriction_keeps_a_node_from_relabelling_or_untainting_itself() {
     assert_eq!(stored["spec"]["providerID"], "k3rs://worker-1");
     // The administrator still may.
     admin(&server, &["taint", "node", "worker-1", "dedicated-"]);
-    admin(&server, &["label", "node", "worker-1", "node-restriction.kubernetes.io/pool-"]);
+    admin(
+        &server,
+        &[
+            "label",
+            "node",
+            "worker-1",
+            "node-restriction.kubernetes.io/pool-",
+        ],
+    );
 }
 
 /// A TokenRequest body for `pod` (name, uid) bound as given, or unbound.
@@ -953,40 +1021,62 @@ items:
     let out = server.kubectl_with(Path::new("kubectl"), &["apply", "-f", "-"], Some(pods));
     assert!(out.status.success(), "{}", text(&out));
     let uid = |pod: &str| {
-        admin(&server, &["get", "pod", pod, "-o", "jsonpath={.metadata.uid}"])
-            .trim()
-            .to_string()
+        admin(
+            &server,
+            &["get", "pod", pod, "-o", "jsonpath={.metadata.uid}"],
+        )
+        .trim()
+        .to_string()
     };
     let (mine, theirs) = (uid("mine"), uid("theirs"));
     let path = "/api/v1/namespaces/default/serviceaccounts/default/token";
     let request = |who: &Path, body: String| {
         let file = server.dir.path().join("token-request.json");
         std::fs::write(&file, body).expect("write request");
-        kubectl_as(&server, who, &["create", "--raw", path, "-f", &file.to_string_lossy()])
+        kubectl_as(
+            &server,
+            who,
+            &["create", "--raw", path, "-f", &file.to_string_lossy()],
+        )
     };
     for (bound, message) in [
         (None, "node requested token not bound to a pod"),
-        (Some(("mine", "")), "node requested token with a pod binding without a uid"),
-        (Some(("theirs", theirs.as_str())), "node requested token bound to a pod scheduled on a different node"),
+        (
+            Some(("mine", "")),
+            "node requested token with a pod binding without a uid",
+        ),
+        (
+            Some(("theirs", theirs.as_str())),
+            "node requested token bound to a pod scheduled on a different node",
+        ),
     ] {
         let out = request(&node, token_request(bound, 3600));
         assert_denied(
             &out,
-            &format!("serviceaccounts "default" is forbidden: {message}"),
+            &format!("serviceaccounts \"default\" is forbidden: {message}"),
         );
     }
     let wrong_uid = "00000000-0000-0000-0000-000000000000";
     let out = request(&node, token_request(Some(("mine", wrong_uid)), 3600));
     assert_denied(
         &out,
-        &format!("serviceaccounts "default" is forbidden: the UID in the bound object reference ({wrong_uid}) does not match the UID in record. The object might have been deleted and then recreated"),
+        &format!(
+            "serviceaccounts \"default\" is forbidden: the UID in the bound object reference ({wrong_uid}) does not match the UID in record. The object might have been deleted and then recreated"
+        ),
     );
     // Bound to its own pod: issued, shortened to the cap with kube's warning.
-    let out = request(&node, token_request(Some(("mine", mine.as_str())), 3 * 3600));
+    let out = request(
+        &node,
+        token_request(Some(("mine", mine.as_str())), 3 * 3600),
+    );
     assert!(out.status.success(), "{}", text(&out));
     let issued = json_out(&out);
     assert_eq!(issued["spec"]["expirationSeconds"], 7200);
-    assert!(issued["status"]["token"].as_str().is_some_and(|t| !t.is_empty()));
+    assert!(
+        issued["status"]["token"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty())
+    );
     assert!(
         text(&out).contains("requested expiration of 10800 seconds shortened to 7200 seconds"),
         "{}",
@@ -995,7 +1085,10 @@ items:
     // Below the cap it is as asked; beyond 2^32 seconds is invalid.
     let out = request(&node, token_request(Some(("mine", mine.as_str())), 3600));
     assert_eq!(json_out(&out)["spec"]["expirationSeconds"], 3600);
-    let out = request(&node, token_request(Some(("mine", mine.as_str())), (1 << 32) + 1));
+    let out = request(
+        &node,
+        token_request(Some(("mine", mine.as_str())), (1 << 32) + 1),
+    );
     assert!(
         text(&out).contains("may not specify a duration larger than 2^32 seconds"),
         "{}",
@@ -1043,7 +1136,7 @@ metadata: {{name: {name}}}
     );
     assert_denied(
         &out,
-        "services "ext" is forbidden: Use of external IPs is denied by admission control",
+        "services \"ext\" is forbidden: Use of external IPs is denied by admission control",
     );
     let out = server.kubectl_with(
         Path::new("kubectl"),
@@ -1053,12 +1146,18 @@ metadata: {{name: {name}}}
     assert!(out.status.success(), "{}", text(&out));
     let out = server.kubectl_with(
         Path::new("kubectl"),
-        &["patch", "service", "plain", "-p", r#"{"spec":{"externalIPs":["192.0.2.11"]}}"#],
+        &[
+            "patch",
+            "service",
+            "plain",
+            "-p",
+            r#"{"spec":{"externalIPs":["192.0.2.11"]}}"#,
+        ],
         None,
     );
     assert_denied(
         &out,
-        "services "plain" is forbidden: Use of external IPs is denied by admission control",
+        "services \"plain\" is forbidden: Use of external IPs is denied by admission control",
     );
     // Other updates of the Service go through.
     admin(&server, &["label", "service", "plain", "x=y"]);

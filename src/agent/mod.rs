@@ -101,7 +101,11 @@ impl AgentOptions {
 /// control-plane role labels, and any such `--node-label`), with `client`, a server's own
 /// identity, as k3s's server labels its own Node. Waits for the kubelet to register the
 /// Node, then merges the labels in; retries until it succeeds.
-pub async fn label_own_node(client: kube::Client, node_name: String, labels: BTreeMap<String, String>) {
+pub async fn label_own_node(
+    client: kube::Client,
+    node_name: String,
+    labels: BTreeMap<String, String>,
+) {
     let (_, restricted) = crate::kubelet::node::split_restricted(labels);
     if restricted.is_empty() {
         return;

@@ -28,16 +28,11 @@ pub struct Settings {
 }
 
 /// kube's DenyServiceExternalIPs message.
-const EXTERNAL_IPS_DENIED: &str =
-    "Use of external IPs is denied by admission control";
+const EXTERNAL_IPS_DENIED: &str = "Use of external IPs is denied by admission control";
 
 /// DenyServiceExternalIPs: a Service may keep the external IPs it has, drop some, but not
 /// gain any (on create, any at all is refused), as kube's plugin does.
-fn deny_external_ips(
-    info: &ResourceInfo,
-    old: Option<&Value>,
-    service: &Value,
-) -> Result<(), ApiError> {
+fn deny_external_ips(old: Option<&Value>, service: &Value) -> Result<(), ApiError> {
     let ips = |v: Option<&Value>| -> Vec<String> {
         v.and_then(|v| v.pointer("/spec/externalIPs"))
             .and_then(Value::as_array)
@@ -60,12 +55,11 @@ fn deny_external_ips(
         .and_then(Value::as_str)
         .unwrap_or("");
     let mut error = ApiError::forbidden(format!(
-        "{} \"{name}\" is forbidden: {EXTERNAL_IPS_DENIED}",
-        info.plural
+        "services \"{name}\" is forbidden: {EXTERNAL_IPS_DENIED}"
     ));
     error.details = Some(Box::new(super::status::StatusDetails {
         name: (!name.is_empty()).then(|| name.to_string()),
-        kind: Some(info.plural.clone()),
+        kind: Some("services".into()),
         ..Default::default()
     }));
     Err(error)
@@ -359,7 +353,7 @@ pub async fn on_create(
     check_rbac_escalation(state, info, object)?;
     if info.group.is_empty() && info.plural == "services" {
         if state.config.admission.deny_service_external_ips {
-            deny_external_ips(info, None, object)?;
+            deny_external_ips(None, object)?;
         }
         allocate_service(state, info, object).await?;
     }
@@ -392,7 +386,7 @@ pub async fn on_update(
     }
     if info.group.is_empty() && info.plural == "services" {
         if state.config.admission.deny_service_external_ips {
-            deny_external_ips(info, Some(old), new)?;
+            deny_external_ips(Some(old), new)?;
         }
         let new_type = new
             .pointer("/spec/type")
@@ -544,5 +538,33 @@ pub async fn after_delete(state: &AppState, info: &ResourceInfo, object: &Value,
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deny_service_external_ips_refuses_only_new_addresses() {
+        let svc = |ips: Value| json!({"metadata": {"name": "s"}, "spec": {"externalIPs": ips}});
+        let denied =
+            |old: Option<&Value>, new: &Value| deny_external_ips(old, new).err().map(|e| e.message);
+        let message = Some(format!(
+            "services \"s\" is forbidden: {EXTERNAL_IPS_DENIED}"
+        ));
+        assert_eq!(denied(None, &svc(json!(["192.0.2.1"]))), message);
+        assert_eq!(denied(None, &svc(json!([]))), None);
+        assert_eq!(
+            denied(None, &json!({"metadata": {"name": "s"}, "spec": {}})),
+            None
+        );
+        let old = svc(json!(["192.0.2.1", "192.0.2.2"]));
+        assert_eq!(denied(Some(&old), &svc(json!(["192.0.2.2"]))), None);
+        assert_eq!(denied(Some(&old), &old.clone()), None);
+        assert_eq!(
+            denied(Some(&old), &svc(json!(["192.0.2.1", "192.0.2.3"]))),
+            message
+        );
     }
 }

@@ -488,7 +488,8 @@ pub async fn create(state: &AppState, target: &Target, request: &Value) -> ApiRe
             )],
         ));
     }
-    let (expiration, warning) = cap_expiration(requested, state.config.admission.max_token_expiration);
+    let (expiration, warning) =
+        cap_expiration(requested, state.config.admission.max_token_expiration);
     let mut audiences: Vec<String> = spec["audiences"]
         .as_array()
         .map(|a| {
@@ -708,5 +709,19 @@ mod tests {
             TokenSigner::load_or_create(&path),
             Err(TokenError::BadKey { .. })
         ));
+    }
+
+    #[test]
+    fn the_expiration_cap_shortens_with_kubes_warning() {
+        let hour = Some(std::time::Duration::from_secs(3600));
+        assert_eq!(cap_expiration(7200, None), (7200, None));
+        assert_eq!(cap_expiration(3600, hour), (3600, None));
+        assert_eq!(
+            cap_expiration(7200, hour),
+            (
+                3600,
+                Some("requested expiration of 7200 seconds shortened to 3600 seconds".into())
+            )
+        );
     }
 }

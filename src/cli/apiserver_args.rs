@@ -14,8 +14,8 @@
 use std::time::Duration;
 
 use super::controller_manager::parse_go_duration;
-use crate::apiserver::{admission, audit};
 use crate::apiserver::limits::ServingLimits;
+use crate::apiserver::{admission, audit};
 
 /// The kube-apiserver flags k3rs honours, with a one-line description each.
 pub const SUPPORTED: &[(&str, &str)] = &[

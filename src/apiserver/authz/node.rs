@@ -1138,4 +1138,137 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn a_node_may_not_relabel_or_untaint_itself() {
+        let me = node_identity("n1");
+        let node = |labels: Value, taints: Value| json!({"metadata": {"name": "n1", "labels": labels}, "spec": {"taints": taints}});
+        let taint = json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]);
+        let old = node(
+            json!({"kubernetes.io/hostname": "n1", "node-restriction.kubernetes.io/pool": "a", "disk": "ssd"}),
+            taint.clone(),
+        );
+        let message = |new: &Value| {
+            admit_update(&me, "", "nodes", &old, new)
+                .err()
+                .map(|e| e.message)
+        };
+        // Ordinary and kubelet labels change freely; the taints stay.
+        let fine = node(
+            json!({"kubernetes.io/hostname": "n1", "node-restriction.kubernetes.io/pool": "a", "disk": "nvme", "topology.kubernetes.io/zone": "z"}),
+            taint.clone(),
+        );
+        assert_eq!(message(&fine), None);
+        for labels in [
+            json!({"kubernetes.io/hostname": "n1", "node-restriction.kubernetes.io/pool": "b", "disk": "ssd"}),
+            json!({"kubernetes.io/hostname": "n1", "disk": "ssd"}),
+        ] {
+            assert_eq!(
+                message(&node(labels, taint.clone())).as_deref(),
+                Some(
+                    "nodes \"n1\" is forbidden: is not allowed to modify labels: node-restriction.kubernetes.io/pool"
+                )
+            );
+        }
+        for taints in [
+            Value::Null,
+            json!([]),
+            json!([{"key": "dedicated", "value": "cpu", "effect": "NoSchedule"}]),
+        ] {
+            assert_eq!(
+                message(&node(old["metadata"]["labels"].clone(), taints)).as_deref(),
+                Some("nodes \"n1\" is forbidden: node \"n1\" is not allowed to modify taints")
+            );
+        }
+        // Absent, null and empty taint lists are the same list.
+        let bare = node(json!({}), Value::Null);
+        assert!(admit_update(&me, "", "nodes", &bare, &node(json!({}), json!([]))).is_ok());
+        let mut with_source = bare.clone();
+        with_source["spec"]["configSource"] = json!({"configMap": {"name": "x"}});
+        assert!(admit_update(&me, "", "nodes", &bare, &with_source).is_err());
+        // Only node credentials are restricted.
+        let admin = Identity {
+            user: "admin".into(),
+            groups: vec!["system:masters".into()],
+        };
+        assert!(admit_update(&admin, "", "nodes", &old, &bare).is_ok());
+        // On create: no restricted labels; taints are the kubelet's own.
+        let created = node(
+            json!({"node-role.kubernetes.io/worker": "", "disk": "x"}),
+            taint,
+        );
+        assert_eq!(
+            admit_create(&me, "", "nodes", &created)
+                .err()
+                .map(|e| e.message)
+                .as_deref(),
+            Some(
+                "nodes \"n1\" is forbidden: node \"n1\" is not allowed to set the following labels: node-role.kubernetes.io/worker"
+            )
+        );
+        assert!(admit_create(&me, "", "nodes", &node(json!({"disk": "x"}), json!([]))).is_ok());
+    }
+
+    #[test]
+    fn node_tokens_are_bound_to_pods_on_the_node() {
+        let cache = WatchCache::holding(&[
+            (
+                "/registry/pods/apps/web",
+                json!({"metadata": {"name": "web", "namespace": "apps", "uid": "u1"}, "spec": {"nodeName": "n1"}}),
+            ),
+            (
+                "/registry/pods/apps/other",
+                json!({"metadata": {"name": "other", "namespace": "apps", "uid": "u2"}, "spec": {"nodeName": "n2"}}),
+            ),
+        ]);
+        let me = node_identity("n1");
+        let request = |bound: Value| json!({"spec": {"boundObjectRef": bound}});
+        let check = |bound: Value| {
+            admit_token_request(&cache, &me, "apps", "web-sa", &request(bound))
+                .err()
+                .map(|e| e.message)
+        };
+        let prefix = "serviceaccounts \"web-sa\" is forbidden: ";
+        assert_eq!(
+            check(json!({"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "u1"})),
+            None
+        );
+        for (bound, reason) in [
+            (Value::Null, "node requested token not bound to a pod"),
+            (
+                json!({"apiVersion": "v1", "kind": "Secret", "name": "web", "uid": "u1"}),
+                "node requested token not bound to a pod",
+            ),
+            (
+                json!({"kind": "Pod", "name": "web", "uid": "u1"}),
+                "node requested token not bound to a pod",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "Pod", "name": "web"}),
+                "node requested token with a pod binding without a uid",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "Pod", "name": "other", "uid": "u2"}),
+                "node requested token bound to a pod scheduled on a different node",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "u9"}),
+                "the UID in the bound object reference (u9) does not match the UID in record. The object might have been deleted and then recreated",
+            ),
+        ] {
+            assert_eq!(
+                check(bound.clone()),
+                Some(format!("{prefix}{reason}")),
+                "{bound}"
+            );
+        }
+        let missing = admit_token_request(
+            &cache,
+            &me,
+            "apps",
+            "web-sa",
+            &request(json!({"apiVersion": "v1", "kind": "Pod", "name": "gone", "uid": "u3"})),
+        );
+        assert_eq!(missing.err().map(|e| e.code.as_u16()), Some(404));
+    }
 }

@@ -270,7 +270,14 @@ mod tests {
         std::fs::create_dir_all(volume.join("d")).expect("dir");
         symlink("../../host-secret", volume.join("d/deep")).expect("symlink");
         symlink(&secret, volume.join("abs-sibling")).expect("symlink");
-        for sub in ["evil", "evil/passwd", "up", "d/deep", "abs-sibling", "../host-secret"] {
+        for sub in [
+            "evil",
+            "evil/passwd",
+            "up",
+            "d/deep",
+            "abs-sibling",
+            "../host-secret",
+        ] {
             match open_beneath(&volume, sub, false, 0o755) {
                 Err(SubPathError::Outside { .. }) => {}
                 other => panic!("{sub}: want Outside, got {other:?}"),

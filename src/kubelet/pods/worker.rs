@@ -19,8 +19,8 @@ use super::backoff::Backoff;
 use super::env::{self, EnvContext, Sources};
 use super::probes::{self, Handler, Kind, Outcome, ProbeState};
 use super::spec;
-use super::subpath;
 use super::status::{self, ContainerView, PodView};
+use super::subpath;
 use super::volumes::{self, Prepared};
 use crate::controllers::events::EventType;
 use crate::kubelet::cri::Cri;
@@ -1037,8 +1037,9 @@ impl Worker {
                     let mode = std::fs::metadata(&prepared.host_path)
                         .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
                         .unwrap_or(0o755);
-                    let fd = subpath::open_beneath(&prepared.host_path, &sub, !prepared.read_only, mode)
-                        .map_err(|e| failed(&e))?;
+                    let fd =
+                        subpath::open_beneath(&prepared.host_path, &sub, !prepared.read_only, mode)
+                            .map_err(|e| failed(&e))?;
                     let target = subpath::target(&pod_dir, &vm.name, &c.name, index);
                     subpath::bind(&fd, &target).map_err(|e| failed(&e))?;
                     target
