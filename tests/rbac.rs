@@ -1108,11 +1108,7 @@ items:
 fn deny_service_external_ips_is_an_admission_plugin_behind_a_flag() {
     let service = |name: &str, ips: &str| {
         format!(
-            "apiVersion: v1
-kind: Service
-metadata: {{name: {name}}}
-             spec: {{ports: [{{port: 80}}], externalIPs: {ips}}}
-"
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}}}\nspec: {{ports: [{{port: 80}}], externalIPs: {ips}}}\n"
         )
     };
     // Off by default, as in kube: external IPs are accepted.
