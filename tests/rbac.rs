@@ -784,7 +784,8 @@ fn json_out(out: &Output) -> serde_json::Value {
 
 #[test]
 fn node_restriction_keeps_a_node_from_relabelling_or_untainting_itself() {
-    let server = Server::start();
+    // No node IPAM: the test gives the node its podCIDR itself.
+    let server = Server::start_with(&["--disable-controller-manager"]);
     let node = kubeconfig_for(&server, "system:node:worker-1", &["system:nodes"]);
     // Registering: only labels a kubelet may set; taints at creation are the kubelet's own
     // (--register-with-taints).
