@@ -8,9 +8,12 @@
 //! [`StoreError::Transform`]; in a watch it is passed on as stored (it starts with
 //! `k8s:enc:`, which no JSON object does) and logged, and the handlers answer an object
 //! with those bytes with kube's internal error ([`unreadable`]).
+//!
+//! The configuration can be swapped while the server runs ([`KvStore::replace_transformer`],
+//! for `k3rs secrets-encrypt`); each read or write uses the one in force when it starts.
 
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use super::encryption::{ENVELOPE_PREFIX, Transformer};
 use crate::store::{Event, KeyValue, RangeRequest, RangeResult, Store, StoreError};
@@ -21,7 +24,9 @@ type Result<T> = std::result::Result<T, StoreError>;
 #[derive(Clone)]
 pub struct KvStore {
     store: Store,
-    transformer: Option<Arc<Transformer>>,
+    /// `None`: encryption at rest was not configured at start (it cannot be enabled
+    /// later, as in k3s).
+    transformer: Option<Arc<RwLock<Arc<Transformer>>>>,
 }
 
 impl Deref for KvStore {
@@ -45,16 +50,38 @@ pub fn unreadable_message(key: &str) -> String {
 
 impl KvStore {
     pub fn new(store: Store, transformer: Option<Arc<Transformer>>) -> KvStore {
-        KvStore { store, transformer }
+        KvStore {
+            store,
+            transformer: transformer.map(|t| Arc::new(RwLock::new(t))),
+        }
     }
 
     /// The encryption configuration in force, if any.
-    pub fn transformer(&self) -> Option<&Arc<Transformer>> {
-        self.transformer.as_ref()
+    pub fn transformer(&self) -> Option<Arc<Transformer>> {
+        let lock = self.transformer.as_ref()?;
+        let current = match lock.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        Some(current)
+    }
+
+    /// Puts `next` in force for every later read and write. Returns `false` (and changes
+    /// nothing) when the server started without encryption at rest.
+    pub fn replace_transformer(&self, next: Transformer) -> bool {
+        let Some(lock) = &self.transformer else {
+            return false;
+        };
+        let mut guard = match lock.write() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *guard = Arc::new(next);
+        true
     }
 
     fn encrypt(&self, key: &[u8], value: Vec<u8>) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
-        match &self.transformer {
+        match &self.transformer() {
             Some(t) if t.covers(key) => {
                 let plain = value.clone();
                 let sealed = t
@@ -67,7 +94,7 @@ impl KvStore {
     }
 
     fn decrypt(&self, kv: &mut KeyValue) -> Result<()> {
-        let Some(t) = &self.transformer else {
+        let Some(t) = self.transformer() else {
             return Ok(());
         };
         if !t.covers(&kv.key) && !kv.value.starts_with(ENVELOPE_PREFIX) {
@@ -171,7 +198,7 @@ impl KvStore {
     }
 
     fn decrypt_event(&self, event: Arc<Event>) -> Arc<Event> {
-        let Some(t) = &self.transformer else {
+        let Some(t) = self.transformer() else {
             return event;
         };
         let needs = |kv: &KeyValue| t.covers(&kv.key) || kv.value.starts_with(ENVELOPE_PREFIX);

@@ -16,6 +16,7 @@ pub mod bootstrap_copy;
 pub mod crd;
 pub mod discovery;
 pub mod encryption;
+pub mod encryption_admin;
 pub mod events_view;
 pub mod handlers;
 pub mod kv;
@@ -903,6 +904,20 @@ async fn dispatch_authenticated(
             Err(e) => return e.into_response(),
         }
     };
+    if parts.uri.path().starts_with(encryption_admin::API_PREFIX) {
+        let body = match read_body(body, &parts.method).await {
+            Ok(b) => b,
+            Err(e) => return e.into_response(),
+        };
+        return encryption_admin::serve(
+            &state.store,
+            &identity,
+            &parts.method,
+            parts.uri.path(),
+            &body,
+        )
+        .await;
+    }
     if parts.uri.path().starts_with(snapshots::API_PREFIX) {
         if let Err(e) = snapshots::authorize(&identity) {
             return e.into_response();

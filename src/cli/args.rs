@@ -51,7 +51,7 @@ pub enum Command {
     Kubectl(KubectlArgs),
     /// Manage datastore snapshots (save, ls, delete, prune, restore)
     EtcdSnapshot(Box<super::snapshot_args::EtcdSnapshotArgs>),
-    /// Report encryption at rest of Secrets (status)
+    /// Control encryption at rest of Secrets (status, enable, disable, prepare, rotate, reencrypt, rotate-keys)
     SecretsEncrypt(super::secrets_encrypt::SecretsEncryptArgs),
     /// Check that this machine's kernel and packages can run k3rs
     CheckConfig,
