@@ -103,7 +103,7 @@ enum Provider {
     },
     AesCbc {
         prefix: Vec<u8>,
-        key: CbcKey,
+        key: Box<CbcKey>,
     },
     SecretBox {
         prefix: Vec<u8>,
@@ -526,7 +526,7 @@ fn aescbc(key: &Key) -> Result<Provider, String> {
     })?;
     Ok(Provider::AesCbc {
         prefix: format!("k8s:enc:aescbc:v1:{}:", key.name).into_bytes(),
-        key: cipher,
+        key: Box::new(cipher),
     })
 }
 
