@@ -102,6 +102,7 @@ fn main() -> ExitCode {
             exit_with(etcd_snapshot::run(*args))
         }
         Some(Command::SecretsEncrypt(args)) => exit_with(cli::secrets_encrypt::run(args)),
+        Some(Command::Token(args)) => exit_with(cli::token::run(args)),
         Some(Command::CheckConfig) => {
             if check_config::run() {
                 ExitCode::SUCCESS

@@ -439,3 +439,327 @@ fn config_file_keys_work() {
         stderr(&out)
     );
 }
+
+/// The HTTP status of `GET <url><path>` with the `Authorization` value `auth` (curl; the
+/// server's certificate is not checked: only the status matters here).
+fn status_with(url: &str, path: &str, auth: &str) -> u16 {
+    let out = Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}", "-H"])
+        .arg(format!("Authorization: {auth}"))
+        .arg(format!("{url}{path}"))
+        .output()
+        .expect("run curl");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("an HTTP status")
+}
+
+fn basic(user: &str, secret: &str) -> String {
+    use base64::Engine as _;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{secret}"))
+    )
+}
+
+/// `kubectl get --raw <path>` with the agent's own credentials (its kubelet kubeconfig),
+/// against the server directly.
+fn as_agent(agent_dir: &Path, url: &str, path: &str) -> Output {
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(agent_dir.join("kubelet.kubeconfig"))
+        .args(["--server", url, "get", "--raw", path])
+        .output()
+        .expect("run kubectl (install kubectl)")
+}
+
+/// `k3rs token <args>` with the server's admin kubeconfig.
+fn k3rs_token(server: &Server, args: &[&str]) -> Output {
+    Command::new(support::k3rs_bin())
+        .arg("token")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(&server.kubeconfig)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run k3rs token")
+}
+
+#[test]
+fn agent_token_joins_agents_only_and_agents_hold_no_admin_credential() {
+    let server = Server::start_with(&["--agent-token", "agent-s3cret"]);
+    let url = server.url();
+    let server_token = token(&server);
+    let server_secret = server_token.rsplit("::server:").next().expect("secret");
+    let agent_token = std::fs::read_to_string(server.dir.path().join("data/server/agent-token"))
+        .expect("the agent-token file")
+        .trim()
+        .to_string();
+    let (hash, _) = server_token.split_once("::").expect("full token");
+    assert_eq!(agent_token, format!("{hash}::node:agent-s3cret"));
+    assert_eq!(
+        mode(&server.dir.path().join("data/server/agent-token")),
+        0o600
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("agent-data");
+    let out = agent(&join_args(
+        &url,
+        &agent_token,
+        data.to_str().expect("utf-8"),
+        "worker-1",
+    ));
+    assert_joined_then_stopped_at_runtime(&out);
+
+    // Attack: the agent token cannot join a server (fetch the CA keys or add a member),
+    // whichever way it is presented; the server token passes authentication there (400:
+    // this server is not clustered).
+    for auth in [
+        basic("server", "agent-s3cret"),
+        basic("node", "agent-s3cret"),
+        format!("Bearer {agent_token}"),
+        "Bearer agent-s3cret".to_string(),
+    ] {
+        assert_eq!(
+            status_with(&url, "/v1-k3rs/server-bootstrap", &auth),
+            401,
+            "{auth}"
+        );
+        assert_eq!(status_with(&url, "/v1-k3rs/members", &auth), 401, "{auth}");
+    }
+    assert_eq!(
+        status_with(
+            &url,
+            "/v1-k3rs/server-bootstrap",
+            &basic("server", server_secret)
+        ),
+        400
+    );
+
+    // Attack: no join token is an API credential.
+    for auth in [
+        format!("Bearer {agent_token}"),
+        "Bearer agent-s3cret".to_string(),
+        format!("Bearer {server_token}"),
+        format!("Bearer {server_secret}"),
+    ] {
+        assert_eq!(status_with(&url, "/api/v1/secrets", &auth), 401, "{auth}");
+    }
+    // Attack: an agent's credentials cannot list Secrets cluster-wide.
+    let out = as_agent(&data.join("agent"), &url, "/api/v1/secrets");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Forbidden"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A bare token joins too, with a warning that the CA is not pinned.
+    let bare_data = dir.path().join("bare");
+    let out = agent(&join_args(
+        &url,
+        "agent-s3cret",
+        bare_data.to_str().expect("utf-8"),
+        "worker-2",
+    ));
+    assert_joined_then_stopped_at_runtime(&out);
+    assert!(
+        stderr(&out).contains("CA is NOT pinned"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn bootstrap_tokens_join_agents_until_deleted_or_expired() {
+    let server = Server::start();
+    let url = server.url();
+    let server_token = token(&server);
+    let (hash, _) = server_token.split_once("::").expect("full token");
+
+    let out = k3rs_token(
+        &server,
+        &["create", "--ttl", "1h", "--description", "for worker-1"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let full = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (token_hash, id_secret) = full.split_once("::").expect("K10<hash>::<id>.<secret>");
+    assert_eq!(token_hash, hash, "the token pins the server CA");
+    let (id, _) = id_secret.split_once('.').expect("<id>.<secret>");
+    assert_eq!(id.len(), 6);
+
+    let out = k3rs_token(&server, &["list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        table.starts_with("TOKEN") && table.contains("EXTRA GROUPS"),
+        "{table}"
+    );
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(id_secret))
+        .unwrap_or_else(|| panic!("{id_secret} not listed:\n{table}"));
+    for cell in [
+        " 59m ",
+        "authentication,signing",
+        "for worker-1",
+        "system:bootstrappers:k3rs:default-node-token",
+    ] {
+        assert!(row.contains(cell), "{cell:?} missing from {row:?}");
+    }
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let joined = dir.path().join("joined");
+    let joined_s = joined.to_str().expect("utf-8");
+    let out = agent(&join_args(&url, &full, joined_s, "worker-1"));
+    assert_joined_then_stopped_at_runtime(&out);
+
+    // Attack: a bootstrap token joins agents, not servers, and is no API credential.
+    for auth in [
+        format!("Bearer {id_secret}"),
+        format!("Bearer {full}"),
+        basic("server", id_secret),
+    ] {
+        assert_eq!(
+            status_with(&url, "/v1-k3rs/server-bootstrap", &auth),
+            401,
+            "{auth}"
+        );
+        assert_eq!(status_with(&url, "/api/v1/secrets", &auth), 401, "{auth}");
+    }
+
+    // Attack: a deleted bootstrap token cannot join.
+    let out = k3rs_token(&server, &["delete", id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let fresh = dir.path().join("fresh");
+    let out = agent(&join_args(
+        &url,
+        &full,
+        fresh.to_str().expect("utf-8"),
+        "worker-2",
+    ));
+    assert!(
+        stderr(&out).contains("rejected the token (401 Unauthorized)"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!fresh.join("agent/client-kubelet.crt").exists());
+    // The agent that joined with it restarts with its own credentials.
+    let out = agent(&join_args(&url, &full, joined_s, "worker-1"));
+    assert_joined_then_stopped_at_runtime(&out);
+
+    // Attack: an expired bootstrap token cannot join.
+    let out = k3rs_token(&server, &["create", "--ttl", "1s"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let short = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    std::thread::sleep(Duration::from_millis(2100));
+    let out = agent(&join_args(
+        &url,
+        &short,
+        fresh.to_str().expect("utf-8"),
+        "worker-3",
+    ));
+    assert!(
+        stderr(&out).contains("rejected the token (401 Unauthorized)"),
+        "{}",
+        stderr(&out)
+    );
+    let out = k3rs_token(&server, &["list"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("<invalid>"),
+        "an expired token shows as <invalid>: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn rotated_server_token_refuses_the_old_one_and_agents_keep_working() {
+    let server = Server::start();
+    let url = server.url();
+    let old = token(&server);
+    let old_secret = old.rsplit("::server:").next().expect("secret").to_string();
+    let (hash, _) = old.split_once("::").expect("full token");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let joined = dir.path().join("joined");
+    let joined_s = joined.to_str().expect("utf-8");
+    let out = agent(&join_args(&url, &old, joined_s, "worker-1"));
+    assert_joined_then_stopped_at_runtime(&out);
+
+    let server_data = server.dir.path().join("data");
+    let rotate = |token: &str| {
+        Command::new(support::k3rs_bin())
+            .args(["token", "rotate", "--token", token, "--new-token"])
+            .arg("n3w-s3cret")
+            .args(["--server", &url, "--data-dir"])
+            .arg(&server_data)
+            .env_remove("K3RS_TOKEN")
+            .output()
+            .expect("run k3rs token rotate")
+    };
+    let out = rotate(&old);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        stderr(&out),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let new = format!("{hash}::server:n3w-s3cret");
+    for file in ["token", "node-token"] {
+        assert_eq!(
+            std::fs::read_to_string(server_data.join("server").join(file))
+                .expect("token file")
+                .trim(),
+            new,
+            "{file}"
+        );
+    }
+
+    // Attack: the old token no longer joins anything.
+    let fresh = dir.path().join("fresh");
+    let out = agent(&join_args(
+        &url,
+        &old,
+        fresh.to_str().expect("utf-8"),
+        "worker-2",
+    ));
+    assert!(
+        stderr(&out).contains("rejected the token (401 Unauthorized)"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        status_with(
+            &url,
+            "/v1-k3rs/server-bootstrap",
+            &basic("server", &old_secret)
+        ),
+        401
+    );
+    assert_eq!(
+        status_with(
+            &url,
+            "/v1-k3rs/server-bootstrap",
+            &basic("server", "n3w-s3cret")
+        ),
+        400
+    );
+    let out = rotate(&old);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("401"), "{}", stderr(&out));
+
+    // The new token joins; the agent joined with the old one keeps its credentials (they
+    // still authenticate) and restarts with them.
+    let out = agent(&join_args(
+        &url,
+        &new,
+        fresh.to_str().expect("utf-8"),
+        "worker-2",
+    ));
+    assert_joined_then_stopped_at_runtime(&out);
+    let out = as_agent(&joined.join("agent"), &url, "/api/v1/nodes");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = agent(&join_args(&url, &old, joined_s, "worker-1"));
+    assert_joined_then_stopped_at_runtime(&out);
+}

@@ -108,28 +108,33 @@ fn health_version_and_authentication() {
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             assert!(names.contains(&ns), "{ns} missing from {names:?}");
         }
-        // Bearer token: the join secret from the token file.
+        // Attack: the join token is no API credential (k3s: it authenticates the join
+        // endpoints only). Neither its secret nor the full K10 form, presented as a bearer
+        // token, may read Secrets cluster-wide.
         let token = std::fs::read_to_string(server.dir.path().join("data/server/token")).unwrap();
-        let secret = token.trim().rsplit("::server:").next().unwrap().to_string();
-        let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).unwrap();
-        let mut config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .unwrap();
-        config.auth_info = kube::config::AuthInfo {
-            token: Some(secret.into()),
-            ..Default::default()
-        };
-        let bearer = kube::Client::try_from(config).unwrap();
-        let (code, _, _) = send(
-            &bearer,
-            "GET",
-            "/api/v1/namespaces/default",
-            "application/json",
-            vec![],
-        )
-        .await;
-        assert_eq!(code, 200);
+        let token = token.trim().to_string();
+        let secret = token.rsplit("::server:").next().unwrap().to_string();
+        for presented in [secret, token] {
+            let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).unwrap();
+            let mut config =
+                kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                    .await
+                    .unwrap();
+            config.auth_info = kube::config::AuthInfo {
+                token: Some(presented.into()),
+                ..Default::default()
+            };
+            let bearer = kube::Client::try_from(config).unwrap();
+            let (code, body, _) = send(
+                &bearer,
+                "GET",
+                "/api/v1/secrets",
+                "application/json",
+                vec![],
+            )
+            .await;
+            assert_eq!(code, 401, "the join token listed Secrets: {body}");
+        }
         let mut bad = kube::Config::from_custom_kubeconfig(
             Kubeconfig::read_from(&server.kubeconfig).unwrap(),
             &KubeConfigOptions::default(),

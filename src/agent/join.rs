@@ -157,16 +157,37 @@ pub(crate) fn insecure_tls() -> Result<Arc<rustls::ClientConfig>, JoinError> {
 }
 
 pub(crate) fn pinned_tls(ca_pem: &str) -> Result<Arc<rustls::ClientConfig>, JoinError> {
+    pinned_tls_with_client(ca_pem, None)
+}
+
+/// TLS pinned to `ca_pem`, presenting `client` (the node's own kubelet client certificate)
+/// when given.
+fn pinned_tls_with_client(
+    ca_pem: &str,
+    client: Option<&IssuedCert>,
+) -> Result<Arc<rustls::ClientConfig>, JoinError> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         let cert = cert.map_err(|e| tls_error(&e))?;
         roots.add(cert).map_err(|e| tls_error(&e))?;
     }
-    let config = rustls::ClientConfig::builder_with_provider(provider())
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| tls_error(&e))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let config = match client {
+        None => builder.with_no_client_auth(),
+        Some(client) => {
+            let chain = CertificateDer::pem_slice_iter(client.cert_pem.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| tls_error(&e))?;
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(client.key_pem.as_bytes())
+                .map_err(|e| tls_error(&e))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| tls_error(&e))?
+        }
+    };
     Ok(Arc::new(config))
 }
 
@@ -284,7 +305,7 @@ fn tempfile_probe(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Reads the node password, creating a random one (mode 0600) on first start.
-fn ensure_node_password(path: &Path) -> Result<String, JoinError> {
+pub fn ensure_node_password(path: &Path) -> Result<String, JoinError> {
     if let Some(existing) = pki::files::read_optional(path)? {
         let existing = existing.trim().to_string();
         if !existing.is_empty() {
@@ -350,8 +371,9 @@ pub async fn join(options: &JoinOptions) -> Result<NodeCredentials, JoinError> {
         Some(_) => tracing::info!(server = %server.url, "the server's CA matches the token"),
         None => tracing::warn!(
             server = %server.url,
-            "the token has no K10<CA hash> part, so the server's CA cannot be verified; \
-             use the full token from the server's node-token file"
+            "the token has no K10<CA hash> part: the server's CA is NOT pinned, so this first \
+             connection trusts whatever CA the server sends; use the full K10… token (the \
+             server's node-token or agent-token file, or `k3rs token create`)"
         ),
     }
     let node_ips = if options.node_ips.is_empty() {
@@ -360,21 +382,34 @@ pub async fn join(options: &JoinOptions) -> Result<NodeCredentials, JoinError> {
         options.node_ips.clone()
     };
 
-    // 2. Authenticated, with the CA pinned.
-    let tls = pinned_tls(&server_ca_pem)?;
-    let basic = base64::engine::general_purpose::STANDARD.encode(format!("node:{}", token.secret));
-    let auth = ("Authorization", format!("Basic {basic}"));
+    // 2. Authenticated, with the CA pinned: the node's own client certificate when it has a
+    // valid one (so a restarted agent keeps working after its token was rotated, deleted or
+    // expired), and the token (a bootstrap token as a bearer token, as k3s sends it; any
+    // other as Basic node:<secret>).
+    let agent_dir = options.data_dir.join("agent");
+    let own_cert = existing_client_cert(&agent_dir, &options.node_name)?;
+    if own_cert.is_some() {
+        tracing::info!("authenticating with the node's existing client certificate");
+    }
+    let tls = pinned_tls_with_client(&server_ca_pem, own_cert.as_ref())?;
+    let auth = if token.username.is_empty() {
+        ("Authorization", format!("Bearer {}", token.secret))
+    } else {
+        let basic =
+            base64::engine::general_purpose::STANDARD.encode(format!("node:{}", token.secret));
+        ("Authorization", format!("Basic {basic}"))
+    };
+    let name_header = ("K3rs-Node-Name", options.node_name.clone());
     let reply = https_get(
         &server,
         tls.clone(),
         "/v1-k3rs/client-ca.crt",
-        std::slice::from_ref(&auth),
+        &[auth.clone(), name_header],
     )
     .await?;
     let client_ca_pem =
         expect_ok(reply, &server, "/v1-k3rs/client-ca.crt", &options.node_name)?.body;
 
-    let agent_dir = options.data_dir.join("agent");
     pki::files::create_private_dir(&agent_dir)?;
     let password = ensure_node_password(&node_password_path(&options.data_dir))?;
     let ips_header = node_ips
@@ -456,6 +491,28 @@ pub async fn join(options: &JoinOptions) -> Result<NodeCredentials, JoinError> {
         serving,
         node_ips,
         kubeconfig: agent_dir.join("kubelet.kubeconfig"),
+    })
+}
+
+/// The stored kubelet client certificate, if it is valid for `node_name` under the stored
+/// client CA (what the server checks it against).
+fn existing_client_cert(
+    agent_dir: &Path,
+    node_name: &str,
+) -> Result<Option<IssuedCert>, JoinError> {
+    let cert = pki::files::read_optional(&agent_dir.join("client-kubelet.crt"))?;
+    let key = pki::files::read_optional(&agent_dir.join("client-kubelet.key"))?;
+    let ca = pki::files::read_optional(&agent_dir.join("client-ca.crt"))?;
+    let (Some(cert_pem), Some(key_pem), Some(ca)) = (cert, key, ca) else {
+        return Ok(None);
+    };
+    let cert = IssuedCert { cert_pem, key_pem };
+    Ok(match node::client_problem(&cert, &ca, node_name) {
+        None => Some(cert),
+        Some(reason) => {
+            tracing::info!(%reason, "not presenting the stored client certificate");
+            None
+        }
     })
 }
 

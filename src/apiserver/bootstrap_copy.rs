@@ -81,6 +81,41 @@ pub async fn restore_files(
     Ok(Restored::Replaced)
 }
 
+/// `k3rs token rotate`: stores the bootstrap data (this server's files, which are the
+/// cluster's) under the new token's key, then deletes the old token's copy, as k3s
+/// re-encrypts its bootstrap data with the new token. Snapshots taken before keep the old
+/// copy, so restoring one needs the old token (as in k3s).
+pub async fn rotate(
+    store: &Store,
+    old: &str,
+    new: &str,
+    tls_dir: &Path,
+) -> Result<(), BootstrapCopyError> {
+    let sealed = seal(new, &BootstrapData::collect(tls_dir)?).await?;
+    let new_key = bootstrap::storage_key(new);
+    match store.get(new_key.as_bytes()).await? {
+        Some(kv) => {
+            store
+                .update(new_key.as_bytes(), sealed.into_bytes(), kv.mod_revision)
+                .await?;
+        }
+        None => {
+            store
+                .create(new_key.as_bytes(), sealed.into_bytes())
+                .await?;
+        }
+    }
+    let old_key = bootstrap::storage_key(old);
+    if old_key != new_key {
+        match store.delete(old_key.as_bytes(), None).await {
+            Ok(_) | Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    tracing::info!(key = %new_key, "re-encrypted the cluster's bootstrap data with the new token");
+    Ok(())
+}
+
 async fn seal(secret: &str, data: &BootstrapData) -> Result<String, BootstrapCopyError> {
     let (secret, json) = (secret.to_string(), data.to_json());
     Ok(

@@ -19,6 +19,7 @@ pub mod encryption;
 pub mod encryption_admin;
 pub mod events_view;
 pub mod handlers;
+pub mod join_tokens;
 pub mod kv;
 pub mod limits;
 pub mod local_client;
@@ -63,7 +64,7 @@ use tokio::net::TcpListener;
 
 use crate::cli::Cidr;
 use crate::store::{Store, StoreConfig};
-use authn::{Identity, TokenAuthenticator};
+use authn::Identity;
 use request::{Query, Route};
 use status::ApiError;
 
@@ -80,8 +81,10 @@ pub struct ApiServerConfig {
     pub serving_cert_pem: String,
     pub serving_key_pem: String,
     pub client_ca_pem: String,
-    /// The join secret accepted as a bootstrap bearer token.
+    /// The server token's secret (joins servers and agents; no API credential).
     pub token_secret: Option<String>,
+    /// `--agent-token`'s secret (joins agents only).
+    pub agent_token_secret: Option<String>,
     /// Directory of the store (`<data-dir>/server/db`).
     pub store_dir: std::path::PathBuf,
     pub service_cidr: Cidr,
@@ -181,7 +184,6 @@ pub struct AppState {
     pub cache: Arc<watchcache::WatchCache>,
     pub registry: registry::Registry,
     pub custom: RwLock<crd::CustomVersions>,
-    pub tokens: TokenAuthenticator,
     /// RBAC and the Node authorizer.
     pub authz: Arc<authz::Authorizer>,
     /// Signs and verifies service-account tokens.
@@ -293,7 +295,6 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
         kubelet_tls,
         sa_tokens,
         snapshots: snapshot_manager,
-        tokens: TokenAuthenticator::new(config.token_secret.clone()),
         config,
         store,
         cache,
@@ -319,6 +320,7 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
     }
     master_endpoints::spawn(&state);
     member_node::spawn(&state);
+    join_tokens::ensure(&state).await;
     if let (Some(secret), Some(cluster)) = (&state.config.token_secret, &state.config.cluster)
         && let Err(e) = bootstrap_copy::ensure(&state.store, secret, &cluster.tls_dir).await
     {

@@ -9,8 +9,10 @@
 //! - `GET /v1-k3rs/serving-kubelet.crt`: a fresh kubelet serving certificate for the node name,
 //!   the `K3rs-Node-IP` addresses (comma-separated), `localhost` and the loopback addresses.
 //!
-//! Authentication: the join secret as `Authorization: Bearer <token>` or k3s's
-//! `Authorization: Basic node:<secret>`, or the node's own client certificate (renewal).
+//! Authentication: a join credential ([`join_tokens`]: the server token, the agent token or
+//! a bootstrap token) as `Authorization: Bearer <token>` or k3s's `Authorization: Basic
+//! node:<secret>`, or the node's own client certificate (renewal; an agent restarted after
+//! its token was rotated or expired).
 //! The certificate endpoints need `K3rs-Node-Name` and `K3rs-Node-Password`: the first join
 //! of a node name stores a salted SHA-256 of the password in the Secret
 //! `kube-system/<node>.node-password.k3rs` (through the registry's create path); a later
@@ -29,8 +31,9 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::AppState;
-use super::authn::{Identity, TokenAuthenticator};
+use super::authn::Identity;
 use super::handlers;
+use super::join_tokens::{self, JoinRole};
 use super::request::{Query, Target, Want};
 use crate::pki::NodeSigner;
 
@@ -91,9 +94,9 @@ pub async fn serve(
     };
     let authorization = header(header::AUTHORIZATION.as_str());
     let node_name = header(NODE_NAME_HEADER);
-    if !authorized(&state.tokens, authorization, cert_identity, node_name) {
+    let Some(who) = authorized(state, authorization, cert_identity, node_name).await else {
         return text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
-    }
+    };
     let endpoint = &path[JOIN_PREFIX.len()..];
     match endpoint {
         "server-ca.crt" => return text(StatusCode::OK, signer.server_ca_pem()),
@@ -145,7 +148,7 @@ pub async fn serve(
     };
     match issued {
         Ok(cert) => {
-            tracing::info!(node = node_name, endpoint, "issued a node certificate");
+            tracing::info!(node = node_name, endpoint, by = %who, "issued a node certificate");
             text(StatusCode::OK, format!("{}{}", cert.cert_pem, cert.key_pem))
         }
         Err(e) => {
@@ -158,31 +161,28 @@ pub async fn serve(
     }
 }
 
-/// The join secret (Bearer or Basic `node:`/`server:`), or the node's own client certificate.
-fn authorized(
-    tokens: &TokenAuthenticator,
+/// Who may call the join endpoints: the node's own client certificate (renewal, and an agent
+/// restarted after its token was rotated or expired), or any join credential (server, agent
+/// or bootstrap token; see [`join_tokens`]). A description for logs.
+async fn authorized(
+    state: &AppState,
     authorization: Option<&str>,
     cert_identity: Option<&Identity>,
     node_name: Option<&str>,
-) -> bool {
+) -> Option<String> {
     if let (Some(identity), Some(node)) = (cert_identity, node_name)
-        && identity.user == format!("system:node:{node}")
-        && identity.groups.iter().any(|g| g == "system:nodes")
+        && cert_is_node(identity, node)
     {
-        return true;
+        return Some(identity.user.clone());
     }
-    let Some(authorization) = authorization else {
-        return false;
-    };
-    if authorization.starts_with("Basic ") {
-        return match super::authn::basic_credentials(authorization) {
-            Some((user, secret)) if user == "node" || user == "server" => {
-                tokens.authenticate(&format!("Bearer {secret}")).is_some()
-            }
-            _ => false,
-        };
-    }
-    tokens.authenticate(authorization).is_some()
+    let role: JoinRole = join_tokens::authenticate(state, authorization?).await?;
+    Some(role.describe())
+}
+
+/// Whether a client certificate is node `node`'s.
+fn cert_is_node(identity: &Identity, node: &str) -> bool {
+    identity.user == format!("system:node:{node}")
+        && identity.groups.iter().any(|g| g == "system:nodes")
 }
 
 fn check_node_name(name: &str) -> Result<(), String> {
@@ -206,7 +206,7 @@ fn check_node_name(name: &str) -> Result<(), String> {
 
 /// `$sha256$<salt hex>$<hex of SHA-256(salt ‖ password)>`. The password is 128 random bits,
 /// so a fast salted hash is enough; the salt keeps equal passwords from looking equal.
-fn hash_password(password: &str, salt: &[u8]) -> String {
+pub(super) fn hash_password(password: &str, salt: &[u8]) -> String {
     let mut hasher = Sha256::new();
     hasher.update(salt);
     hasher.update(password.as_bytes());
@@ -217,7 +217,7 @@ fn hash_password(password: &str, salt: &[u8]) -> String {
     )
 }
 
-fn password_matches(stored: &str, password: &str) -> bool {
+pub(super) fn password_matches(stored: &str, password: &str) -> bool {
     let mut parts = stored.trim().split('$');
     let (Some(""), Some("sha256"), Some(salt), Some(_), None) = (
         parts.next(),
@@ -238,6 +238,26 @@ fn password_matches(stored: &str, password: &str) -> bool {
             .zip(stored.bytes())
             .fold(0u8, |acc, (a, b)| acc | (a ^ b))
             == 0
+}
+
+/// The server's own node (its embedded agent) proves its node password like any agent: the
+/// first start stores its Secret, a later start with another password is refused.
+pub async fn register_own_node(
+    state: &AppState,
+    node_name: &str,
+    password: &str,
+) -> Result<(), (StatusCode, String)> {
+    match verify_node_password(state, node_name, password).await {
+        Ok(()) => Ok(()),
+        Err(response) => {
+            let code = response.status();
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+                .unwrap_or_default();
+            Err((code, body))
+        }
+    }
 }
 
 /// Checks `password` against the node's Secret, creating the Secret on first join.
@@ -356,43 +376,18 @@ mod tests {
     }
 
     #[test]
-    fn join_authentication() {
-        let tokens = TokenAuthenticator::new(Some("s3cret".into()));
-        let basic = |creds: &str| {
-            format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(creds)
-            )
-        };
-        assert!(authorized(&tokens, Some("Bearer s3cret"), None, None));
-        assert!(authorized(
-            &tokens,
-            Some("Bearer K10ab::server:s3cret"),
-            None,
-            None
-        ));
-        assert!(authorized(&tokens, Some(&basic("node:s3cret")), None, None));
-        assert!(authorized(
-            &tokens,
-            Some(&basic("server:s3cret")),
-            None,
-            None
-        ));
-        assert!(!authorized(&tokens, Some(&basic("node:wrong")), None, None));
-        assert!(!authorized(
-            &tokens,
-            Some(&basic("admin:s3cret")),
-            None,
-            None
-        ));
-        assert!(!authorized(&tokens, Some("Basic !!!"), None, None));
-        assert!(!authorized(&tokens, None, None, Some("n1")));
+    fn node_certificates_authenticate_their_own_node_only() {
         let node = Identity {
             user: "system:node:n1".into(),
             groups: vec!["system:nodes".into(), "system:authenticated".into()],
         };
-        assert!(authorized(&tokens, None, Some(&node), Some("n1")));
-        assert!(!authorized(&tokens, None, Some(&node), Some("n2")));
+        assert!(cert_is_node(&node, "n1"));
+        assert!(!cert_is_node(&node, "n2"));
+        let admin = Identity {
+            user: "system:node:n1".into(),
+            groups: vec!["system:masters".into()],
+        };
+        assert!(!cert_is_node(&admin, "n1"));
     }
 
     #[test]

@@ -12,6 +12,9 @@
 //! - `DELETE /v1-k3rs/members/<name>`: removes a member (refused when the voters left would
 //!   have no reachable quorum).
 //!
+//! - `PUT /v1-k3rs/token` with `{"token": <new>}` (`k3rs token rotate`): replaces the server
+//!   token cluster-wide (see `join_tokens::rotate`).
+//!
 //! Only the server token may call them (k3s's `server` role): `Authorization: Basic
 //! server:<secret>`, the token as a bearer token, or an admin client certificate
 //! (`system:masters`, for the members list and removal). A server that was not started
@@ -34,10 +37,15 @@ use crate::store::{Member, StoreError};
 pub const BOOTSTRAP_PATH: &str = "/v1-k3rs/server-bootstrap";
 /// Path of the member list (and prefix of one member).
 pub const MEMBERS_PATH: &str = "/v1-k3rs/members";
+/// Path of the server token (`PUT` rotates it: `k3rs token rotate`).
+pub const TOKEN_PATH: &str = "/v1-k3rs/token";
 
 /// Whether `path` is one of this module's endpoints.
 pub fn handles(path: &str) -> bool {
-    path == BOOTSTRAP_PATH || path == MEMBERS_PATH || path.starts_with("/v1-k3rs/members/")
+    path == BOOTSTRAP_PATH
+        || path == MEMBERS_PATH
+        || path == TOKEN_PATH
+        || path.starts_with("/v1-k3rs/members/")
 }
 
 /// What a joining server learns from `server-bootstrap`.
@@ -46,6 +54,13 @@ pub struct BootstrapResponse {
     pub bootstrap: crate::pki::bootstrap::BootstrapData,
     /// The settings that must be equal on every server, by flag name.
     pub config: BTreeMap<String, String>,
+}
+
+/// The body of `PUT /v1-k3rs/token`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RotateRequest {
+    /// The new server token: a bare secret or `K10<hash>::server:<secret>`.
+    pub token: String,
 }
 
 /// A request to add a server.
@@ -142,8 +157,9 @@ fn views(state: &AppState) -> Vec<MemberView> {
 }
 
 /// Whether the request carries the server token (Basic `server:<secret>` or as a bearer
-/// token), or, when `admin_ok`, an admin client certificate.
-fn authorized(
+/// token), or, when `admin_ok`, an admin client certificate. The agent token and bootstrap
+/// tokens are refused here: they join agents only.
+async fn authorized(
     state: &AppState,
     headers: &HeaderMap,
     cert_identity: Option<&Identity>,
@@ -161,16 +177,14 @@ fn authorized(
     else {
         return false;
     };
-    if authorization.starts_with("Basic ") {
-        return match super::authn::basic_credentials(authorization) {
-            Some((user, secret)) if user == "server" => state
-                .tokens
-                .authenticate(&format!("Bearer {secret}"))
-                .is_some(),
-            _ => false,
-        };
+    match super::join_tokens::authenticate(state, authorization).await {
+        Some(role) if role.may_join_servers() => true,
+        Some(role) => {
+            tracing::warn!(credential = %role.describe(), "refused a server-join request made with a token that joins agents only");
+            false
+        }
+        None => false,
     }
-    state.tokens.authenticate(authorization).is_some()
 }
 
 /// Serves one request to a [`handles`] path.
@@ -185,12 +199,15 @@ pub async fn serve(
     let Some(cluster) = state.config.cluster.as_ref() else {
         return text(StatusCode::NOT_FOUND, "this server does not accept servers");
     };
-    let admin_ok = path != BOOTSTRAP_PATH && *method != Method::POST;
-    if !authorized(state, headers, cert_identity, admin_ok) {
+    let admin_ok = path != BOOTSTRAP_PATH && path != TOKEN_PATH && *method != Method::POST;
+    if !authorized(state, headers, cert_identity, admin_ok).await {
         return text(
             StatusCode::UNAUTHORIZED,
             "the server token is required (Authorization: Basic server:<token secret>)",
         );
+    }
+    if path == TOKEN_PATH {
+        return rotate_token(state, method, headers, body).await;
     }
     if !state.store.is_clustered() {
         return text(
@@ -227,6 +244,62 @@ pub async fn serve(
             remove(state, name).await
         }
         _ => text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+    }
+}
+
+/// `PUT /v1-k3rs/token` with `{"token": <new>}`, authenticated with the current server token.
+async fn rotate_token(
+    state: &Arc<AppState>,
+    method: &Method,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
+    if *method != Method::PUT {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only PUT is supported");
+    }
+    let Some(old) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(super::join_tokens::presented_secret)
+    else {
+        return text(StatusCode::UNAUTHORIZED, "the server token is required");
+    };
+    let request: RotateRequest = match serde_json::from_slice(body) {
+        Ok(request) => request,
+        Err(e) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("the body must be {{\"token\": …}}: {e}"),
+            );
+        }
+    };
+    let new = match crate::pki::parse_token(&request.token) {
+        Ok(parsed) if parsed.username == crate::pki::token::SERVER_USER => parsed.secret,
+        Ok(parsed) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the new token is for user {:?}; a server token is K10<hash>::server:<secret> \
+                     or a bare secret",
+                    parsed.username
+                ),
+            );
+        }
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("invalid new token: {e}")),
+    };
+    match super::join_tokens::rotate(state, &old, &new).await {
+        Ok(()) => json(
+            StatusCode::OK,
+            &serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "message": "the server token was rotated"}),
+        ),
+        Err(e @ super::join_tokens::RotateError::Invalid(_)) => {
+            text(StatusCode::BAD_REQUEST, e.to_string())
+        }
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("rotating the token: {e}"),
+        ),
     }
 }
 

@@ -53,6 +53,8 @@ pub enum Command {
     EtcdSnapshot(Box<super::snapshot_args::EtcdSnapshotArgs>),
     /// Control encryption at rest of Secrets (status, enable, disable, prepare, rotate, reencrypt, rotate-keys)
     SecretsEncrypt(super::secrets_encrypt::SecretsEncryptArgs),
+    /// Manage tokens: bootstrap tokens (create, list, delete), server token rotation
+    Token(super::token::TokenArgs),
     /// Check that this machine's kernel and packages can run k3rs
     CheckConfig,
     /// Print a systemd unit for k3rs (used by install.sh)
@@ -151,6 +153,25 @@ pub struct ServerArgs {
         help_heading = "Cluster"
     )]
     pub token_file: Option<String>,
+
+    /// (cluster) Shared secret used to join agents to the cluster, but not servers
+    #[arg(
+        long,
+        env = "K3RS_AGENT_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN",
+        help_heading = "Cluster"
+    )]
+    pub agent_token: Option<String>,
+
+    /// (cluster) File containing the agent secret
+    #[arg(
+        long,
+        env = "K3RS_AGENT_TOKEN_FILE",
+        value_name = "FILE",
+        help_heading = "Cluster"
+    )]
+    pub agent_token_file: Option<String>,
 
     /// (cluster) Initialize a new cluster that other servers can join (the raft peer port
     /// :2380 opens on the advertise address)

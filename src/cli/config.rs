@@ -67,6 +67,8 @@ pub struct ServerConfig {
     pub token: Option<Token>,
     /// `--token-file`, absolute, if given.
     pub token_file: Option<PathBuf>,
+    /// `--agent-token`, or else the content of `--agent-token-file`: joins agents only.
+    pub agent_token: Option<Token>,
     /// `--cluster-init`: this server starts a cluster other servers may join.
     pub cluster_init: bool,
     /// `--secrets-encryption`: encrypt Secrets at rest with the generated configuration.
@@ -239,6 +241,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("write-kubeconfig-mode", Kind::One),
     ("token", Kind::One),
     ("token-file", Kind::One),
+    ("agent-token", Kind::One),
+    ("agent-token-file", Kind::One),
     ("cluster-init", Kind::Bool),
     ("secrets-encryption", Kind::Bool),
     ("server", Kind::One),
@@ -416,6 +420,8 @@ fn cli_layer(args: &ServerArgs, debug: Option<bool>) -> Layer {
     one("write-kubeconfig-mode", &args.write_kubeconfig_mode);
     one("token", &args.token);
     one("token-file", &args.token_file);
+    one("agent-token", &args.agent_token);
+    one("agent-token-file", &args.agent_token_file);
     one("server", &args.server);
     one("node-name", &args.node_name);
     one("cluster-cidr", &args.cluster_cidr);
@@ -678,6 +684,23 @@ fn resolve(
                 _ => None,
             },
         };
+    let agent_token = match s.one("agent-token", |v| Ok(v.trim().to_string()))? {
+        Some(t) if !t.is_empty() => Some(Token::new(t)),
+        _ => match (
+            s.one("agent-token-file", parse_path)?,
+            s.get("agent-token-file"),
+        ) {
+            (Some(path), Some((raw, origin))) => Some(read_token_file(&path).map_err(
+                |reason| ConfigError::InvalidValue {
+                    flag: "agent-token-file",
+                    value: raw.to_string(),
+                    origin: origin.clone(),
+                    reason,
+                },
+            )?),
+            _ => None,
+        },
+    };
     let node_name = match s.one("node-name", parse_node_name)? {
         Some(name) => name,
         None => {
@@ -783,6 +806,7 @@ fn resolve(
         write_kubeconfig_mode,
         token,
         token_file,
+        agent_token,
         cluster_init,
         secrets_encryption,
         encryption_provider_config,

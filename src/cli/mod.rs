@@ -23,6 +23,7 @@ pub mod server;
 pub mod server_join;
 pub mod snapshot_args;
 pub mod snapshot_config;
+pub mod token;
 pub mod units;
 
 pub use args::{AgentArgs, Cli, Command, KubectlArgs, NodeArgs, ServerArgs};

@@ -30,6 +30,8 @@ pub struct Prepared {
     pub kubeconfig: PathBuf,
     /// The URL in the admin kubeconfig.
     pub api_url: String,
+    /// `--agent-token`'s secret, written to `<data-dir>/server/agent-token`.
+    pub agent_token_secret: Option<String>,
     /// `--server` on a first start: the cluster accepted the token and sent its bootstrap
     /// data; the server still has to be added as a member.
     pub joining: Option<(String, super::server_join::Fetched)>,
@@ -118,6 +120,26 @@ pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
         node_token = %token.node_token_path.display(),
         "wrote join token"
     );
+    let agent_token_secret = match &config.agent_token {
+        Some(agent_token) => {
+            let server_secret = pki::parse_token(&token.token)
+                .map(|t| t.secret)
+                .context("reading the server token")?;
+            let secret = pki::token::ensure_agent_token(
+                &server_dir,
+                &pki.server_ca_cert_path(),
+                agent_token.expose(),
+                &server_secret,
+            )
+            .context("preparing the agent token (--agent-token)")?;
+            tracing::info!(
+                path = %server_dir.join(pki::token::AGENT_TOKEN_FILE).display(),
+                "wrote agent token"
+            );
+            Some(secret)
+        }
+        None => None,
+    };
 
     let api_url = api_url(config.bind_address, config.https_listen_port);
     pki::write_kubeconfig(
@@ -137,6 +159,7 @@ pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
     Ok(Prepared {
         pki,
         token,
+        agent_token_secret,
         kubeconfig: config.write_kubeconfig.clone(),
         api_url,
         joining,
@@ -285,6 +308,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         serving_key_pem: prepared.pki.serving().key_pem.clone(),
         client_ca_pem: prepared.pki.client_ca().cert_pem().to_string(),
         token_secret: Some(secret),
+        agent_token_secret: prepared.agent_token_secret.clone(),
         store_dir: config.data_dir.join("server").join("db"),
         service_cidr: config.service_cidr,
         cluster_dns: config.cluster_dns,
@@ -439,6 +463,26 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
             options.node_name.clone(),
             options.node_labels(),
         ));
+        // The server's node has a node password like any agent's (k3s: the server's own
+        // node-passwd entry), so an agent cannot take over the server's node name.
+        let password_path = crate::agent::join::node_password_path(&config.data_dir);
+        let password = crate::agent::join::ensure_node_password(&password_path)
+            .context("preparing this node's password")?;
+        match crate::apiserver::node_join::register_own_node(
+            &server.state,
+            &config.node_name,
+            &password,
+        )
+        .await
+        {
+            Ok(()) => {}
+            Err((code, message)) if code == http::StatusCode::FORBIDDEN => {
+                anyhow::bail!("node {:?}: {message}", config.node_name)
+            }
+            Err((_, message)) => {
+                tracing::warn!(node = %config.node_name, %message, "could not record this node's password")
+            }
+        }
         Some(tokio::spawn(crate::agent::run(options, notifier.clone())))
     };
     let removed = server.stopped_for_good();

@@ -1,5 +1,6 @@
-//! The join token: `K10<sha256 hex of server-ca.crt>::server:<secret>`, written to
-//! `<data-dir>/server/token` and (as k3s does) `<data-dir>/server/node-token`.
+//! The join tokens: the server token `K10<sha256 hex of server-ca.crt>::server:<secret>`,
+//! written to `<data-dir>/server/token` and (as k3s does) `<data-dir>/server/node-token`, and
+//! the optional agent token `K10<hash>::node:<secret>` in `<data-dir>/server/agent-token`.
 //!
 //! The CA hash lets a joining node pin the server CA before trusting anything it serves; the
 //! secret authenticates the node. The secret is `--token` if given, otherwise 32 random hex
@@ -22,13 +23,18 @@ pub const SERVER_USER: &str = "server";
 pub const TOKEN_FILE: &str = "token";
 /// File name of the token copy for agents under `<data-dir>/server/`.
 pub const NODE_TOKEN_FILE: &str = "node-token";
+/// File name of the agent token (`--agent-token`) under `<data-dir>/server/`.
+pub const AGENT_TOKEN_FILE: &str = "agent-token";
+/// The user of agent tokens.
+pub const NODE_USER: &str = "node";
 
 /// A token split into its parts. `Debug` hides the secret.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ParsedToken {
     /// The hex SHA-256 of the CA bundle, present in the full `K10…` form only.
     pub ca_hash: Option<String>,
-    /// The user part (`server` for bare secrets).
+    /// The user part (`server` for bare secrets; empty for a `K10<hash>::<id>.<secret>`
+    /// bootstrap token, which is sent as a bearer token).
     pub username: String,
     /// The secret.
     pub secret: String,
@@ -65,10 +71,18 @@ pub fn parse_token(token: &str) -> Result<ParsedToken, PkiError> {
                     "the CA hash after K10 must be 64 hex characters (SHA-256)".to_string(),
                 ));
             }
-            let (user, secret) = creds.split_once(':').ok_or_else(|| {
-                PkiError::InvalidToken("expected K10<ca hash>::<user>:<secret>".to_string())
-            })?;
-            if user.is_empty() || secret.is_empty() {
+            // `K10<hash>::<id>.<secret>`: a bearer (bootstrap) token, no user.
+            let (user, secret) = match creds.split_once(':') {
+                Some(parts) => parts,
+                None if is_bootstrap_token(creds) => ("", creds),
+                None => {
+                    return Err(PkiError::InvalidToken(
+                        "expected K10<ca hash>::<user>:<secret> or K10<ca hash>::<id>.<secret>"
+                            .to_string(),
+                    ));
+                }
+            };
+            if (user.is_empty() && !is_bootstrap_token(secret)) || secret.is_empty() {
                 return Err(PkiError::InvalidToken(
                     "user and secret must not be empty".to_string(),
                 ));
@@ -86,6 +100,18 @@ pub fn parse_token(token: &str) -> Result<ParsedToken, PkiError> {
         ));
     }
     Ok(parsed)
+}
+
+/// Whether `token` has kube's bootstrap token form `[a-z0-9]{6}.[a-z0-9]{16}`.
+pub fn is_bootstrap_token(token: &str) -> bool {
+    let ok = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    token
+        .split_once('.')
+        .is_some_and(|(id, secret)| ok(id, 6) && ok(secret, 16))
 }
 
 /// The hex SHA-256 of the CA certificate file's bytes, as it appears in tokens.
@@ -181,6 +207,77 @@ pub fn ensure_server_token(
         token_path,
         node_token_path,
     })
+}
+
+/// After `k3rs token rotate`: writes `<server_dir>/token` and `node-token` with the new
+/// secret and the CA hash of the current token file.
+pub fn rewrite_server_token(server_dir: &Path, secret: &str) -> Result<String, PkiError> {
+    let token_path = server_dir.join(TOKEN_FILE);
+    let current = files::read_optional(&token_path)?.ok_or_else(|| PkiError::Invalid {
+        path: token_path.clone(),
+        reason: "the token file is missing".to_string(),
+    })?;
+    let hash = parse_token(&current)
+        .map_err(|e| PkiError::Invalid {
+            path: token_path.clone(),
+            reason: e.to_string(),
+        })?
+        .ca_hash
+        .ok_or_else(|| PkiError::Invalid {
+            path: token_path.clone(),
+            reason: "the token file has no K10<CA hash> part".to_string(),
+        })?;
+    let token = format_token(&hash, SERVER_USER, secret);
+    let line = format!("{token}\n");
+    files::write_atomic(&token_path, line.as_bytes(), PRIVATE_MODE)?;
+    files::write_atomic(
+        &server_dir.join(NODE_TOKEN_FILE),
+        line.as_bytes(),
+        PRIVATE_MODE,
+    )?;
+    Ok(token)
+}
+
+/// `--agent-token`: checks it (a bare secret or `K10<this CA's hash>::node:<secret>`, not
+/// the server token's secret) and writes the full form to `<server_dir>/agent-token` (0600),
+/// as k3s does. Returns the secret.
+pub fn ensure_agent_token(
+    server_dir: &Path,
+    ca_cert_path: &Path,
+    requested: &str,
+    server_secret: &str,
+) -> Result<String, PkiError> {
+    let ca_file =
+        std::fs::read(ca_cert_path).map_err(|e| PkiError::io("reading", ca_cert_path, e))?;
+    let hash = ca_hash(&ca_file);
+    let parsed = parse_token(requested)?;
+    if let Some(given) = &parsed.ca_hash {
+        if *given != hash {
+            return Err(PkiError::CaHashMismatch {
+                given: given.clone(),
+                actual: hash,
+            });
+        }
+        if parsed.username != NODE_USER {
+            return Err(PkiError::InvalidToken(format!(
+                "--agent-token: expected K10<hash>::node:<secret>, this one is for user {:?}",
+                parsed.username
+            )));
+        }
+    }
+    if parsed.secret == server_secret {
+        return Err(PkiError::InvalidToken(
+            "--agent-token must differ from the server token (an agent token joins agents only)"
+                .to_string(),
+        ));
+    }
+    let line = format!("{}\n", format_token(&hash, NODE_USER, &parsed.secret));
+    files::write_atomic(
+        &server_dir.join(AGENT_TOKEN_FILE),
+        line.as_bytes(),
+        PRIVATE_MODE,
+    )?;
+    Ok(parsed.secret)
 }
 
 /// 32 random hex characters (16 bytes from the kernel's CSPRNG), like k3s's generated tokens.
