@@ -396,6 +396,62 @@ mod tests {
     }
 
     #[test]
+    fn bootstrap_tokens_in_the_full_form() {
+        let t = parse_token(&format!("K10{HASH}::abcdef.0123456789abcdef")).expect("bootstrap");
+        assert_eq!(t.username, "", "a bearer token has no user");
+        assert_eq!(t.secret, "abcdef.0123456789abcdef");
+        assert!(parse_token(&format!("K10{HASH}::notabootstraptoken")).is_err());
+        assert!(is_bootstrap_token("abcdef.0123456789abcdef"));
+        assert!(!is_bootstrap_token("abcdef.0123456789ABCDEF"));
+        assert!(!is_bootstrap_token("abcdefg.0123456789abcdef"));
+    }
+
+    #[test]
+    fn agent_token_file_and_rotation() {
+        let (dir, ca) = setup();
+        let server = ensure_server_token(dir.path(), &ca, Some("server-secret")).expect("server");
+        let hash = ca_hash(&std::fs::read(&ca).expect("read"));
+        let secret = ensure_agent_token(dir.path(), &ca, "agent-secret", "server-secret")
+            .expect("agent token");
+        assert_eq!(secret, "agent-secret");
+        let path = dir.path().join(AGENT_TOKEN_FILE);
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            format!("K10{hash}::node:agent-secret\n")
+        );
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let full = format!("K10{hash}::node:agent-secret");
+        assert_eq!(
+            ensure_agent_token(dir.path(), &ca, &full, "server-secret").expect("full"),
+            "agent-secret"
+        );
+        for bad in [
+            "server-secret".to_string(),
+            format!("K10{hash}::server:agent-secret"),
+            format!("K10{HASH}::node:agent-secret"),
+        ] {
+            assert!(
+                ensure_agent_token(dir.path(), &ca, &bad, "server-secret").is_err(),
+                "{bad}"
+            );
+        }
+
+        let rotated = rewrite_server_token(dir.path(), "n3w").expect("rotate");
+        assert_eq!(rotated, format!("K10{hash}::server:n3w"));
+        for file in [TOKEN_FILE, NODE_TOKEN_FILE] {
+            assert_eq!(
+                std::fs::read_to_string(dir.path().join(file)).expect("read"),
+                format!("{rotated}\n")
+            );
+        }
+        assert_ne!(server.token, rotated);
+        // The next start reads the rotated token.
+        let again = ensure_server_token(dir.path(), &ca, None).expect("reuse");
+        assert_eq!(again.token, rotated);
+    }
+
+    #[test]
     fn random_secrets_differ() {
         let a = random_secret().expect("random");
         let b = random_secret().expect("random");
