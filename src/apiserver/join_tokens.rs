@@ -345,9 +345,12 @@ fn check_bootstrap_secret(
     let mut groups = vec![BOOTSTRAPPERS_GROUP.to_string()];
     for group in field("auth-extra-groups").unwrap_or_default().split(',') {
         let group = group.trim();
-        if group.starts_with("system:bootstrappers:") && !groups.iter().any(|g| g == group) {
+        if group.is_empty() || groups.iter().any(|g| g == group) {
+            continue;
+        }
+        if group.starts_with("system:bootstrappers:") {
             groups.push(group.to_string());
-        } else if !group.is_empty() {
+        } else {
             tracing::warn!(
                 id,
                 group,
