@@ -43,6 +43,33 @@ pub fn with_certificate(
         "the server URL {server_url:?} is not https://<host>[:<port>]"
     );
     let tls = mutual_tls_config(server_ca_pem, &client.cert_pem, &client.key_pem)?;
+    client_over(base, tls)
+}
+
+/// A client like [`with_certificate`] whose certificate is read at every new connection
+/// from `client`, so a renewed certificate is used without rebuilding the client.
+pub fn with_live_certificate(
+    server_url: &str,
+    server_ca_pem: &str,
+    client: &crate::pki::live::LiveCert,
+) -> anyhow::Result<kube::Client> {
+    let base: http::Uri = server_url
+        .parse()
+        .with_context(|| format!("the server URL {server_url:?}"))?;
+    anyhow::ensure!(
+        base.scheme_str() == Some("https") && base.host().is_some(),
+        "the server URL {server_url:?} is not https://<host>[:<port>]"
+    );
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_root_certificates(roots(server_ca_pem)?)
+        .with_client_cert_resolver(Arc::new(client.clone()));
+    client_over(base, tls)
+}
+
+fn client_over(base: http::Uri, tls: rustls::ClientConfig) -> anyhow::Result<kube::Client> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -102,12 +129,7 @@ pub fn mutual_tls_config(
     cert_pem: &str,
     key_pem: &str,
 ) -> anyhow::Result<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots
-            .add(cert.context("parsing the CA")?)
-            .context("adding the CA")?;
-    }
+    let roots = roots(ca_pem)?;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
         .collect::<Result<_, _>>()
         .context("parsing the client certificate")?;
@@ -121,6 +143,16 @@ pub fn mutual_tls_config(
         .with_client_auth_cert(chain, key)
         .context("the client certificate and key")?;
     Ok(config)
+}
+
+fn roots(ca_pem: &str) -> anyhow::Result<rustls::RootCertStore> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(cert.context("parsing the CA")?)
+            .context("adding the CA")?;
+    }
+    Ok(roots)
 }
 
 #[cfg(test)]

@@ -103,6 +103,7 @@ fn main() -> ExitCode {
         }
         Some(Command::SecretsEncrypt(args)) => exit_with(cli::secrets_encrypt::run(args)),
         Some(Command::Token(args)) => exit_with(cli::token::run(args)),
+        Some(Command::Certificate(args)) => exit_with(cli::certificate::run(args)),
         Some(Command::CheckConfig) => {
             if check_config::run() {
                 ExitCode::SUCCESS

@@ -807,8 +807,7 @@ async fn start_kubelet_server(containerd: &Containerd, pki: &Pki, log_root: &Pat
     let port = listener.local_addr().unwrap().port();
     let config = ServerConfig {
         listen: listener.local_addr().unwrap(),
-        serving_cert_pem: pki.serving.cert_pem.clone(),
-        serving_key_pem: pki.serving.key_pem.clone(),
+        serving: k3rs::pki::live::LiveCert::new(&pki.serving).unwrap(),
         client_ca_pem: pki.client_ca_pem.clone(),
         cri_endpoint: containerd.socket.clone(),
         pod_log_dir: log_root.to_path_buf(),

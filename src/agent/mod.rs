@@ -19,6 +19,7 @@ pub mod join;
 pub mod loadbalancer;
 pub mod memory;
 pub mod pause;
+pub mod renewal;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -232,12 +233,16 @@ async fn credentials(
     }
 }
 
-/// A kube client authenticated as the node (`system:node:<name>`).
-pub async fn node_client(credentials: &NodeCredentials) -> anyhow::Result<kube::Client> {
-    crate::kube_client::with_certificate(
+/// A kube client authenticated as the node (`system:node:<name>`) with `client`'s current
+/// certificate at every new connection.
+pub async fn node_client(
+    credentials: &NodeCredentials,
+    client: &crate::pki::live::LiveCert,
+) -> anyhow::Result<kube::Client> {
+    crate::kube_client::with_live_certificate(
         &credentials.server,
         &credentials.server_ca_pem,
-        &credentials.client,
+        client,
     )
     .context("building the node's API client")
 }
@@ -285,7 +290,29 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
         kubeconfig = %credentials.kubeconfig.display(),
         "node credentials ready"
     );
-    let client = node_client(&credentials).await?;
+    let client_cert = crate::pki::live::LiveCert::new(&credentials.client)
+        .map_err(|e| anyhow::anyhow!("the kubelet client certificate: {e}"))?;
+    let serving_cert = crate::pki::live::LiveCert::new(&credentials.serving)
+        .map_err(|e| anyhow::anyhow!("the kubelet serving certificate: {e}"))?;
+    let client = node_client(&credentials, &client_cert).await?;
+    tokio::spawn(
+        renewal::AgentRenewal {
+            node_name: options.node_name.clone(),
+            data_dir: options.data_dir.clone(),
+            credentials: credentials.clone(),
+            client: client_cert,
+            serving: serving_cert.clone(),
+            source: match &options.credentials {
+                Credentials::Join { token, .. } => renewal::Source::Join {
+                    token: Some(token.clone()),
+                },
+                Credentials::Embedded(_) => renewal::Source::Embedded {
+                    tls_dir: options.data_dir.join("server").join("tls"),
+                },
+            },
+        }
+        .run(),
+    );
     // The load balancer learns every server from the default/kubernetes Endpoints.
     let lb_watch = tokio::spawn(loadbalancer::watch_endpoints(client.clone(), lb.updater()));
     let runtime = container_runtime(&options, &notifier).await?;
@@ -334,8 +361,7 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
             IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
             kubelet_port,
         ),
-        serving_cert_pem: credentials.serving.cert_pem.clone(),
-        serving_key_pem: credentials.serving.key_pem.clone(),
+        serving: serving_cert,
         client_ca_pem: credentials.client_ca_pem.clone(),
         cri_endpoint: cri_endpoint.clone(),
         pod_log_dir: options.pod_log_dir.clone(),

@@ -104,6 +104,9 @@ pub struct ApiServerConfig {
     /// The service-account signing key (`<data-dir>/server/tls/service.key`, created at first
     /// start); `None` disables TokenRequest and service-account bearer tokens.
     pub service_account_key_file: Option<std::path::PathBuf>,
+    /// Further public keys accepted for service-account tokens (`service-account-key-file`),
+    /// e.g. the previous signing key during a rotation.
+    pub service_account_extra_key_files: Vec<std::path::PathBuf>,
     /// The raft group's clock.
     pub raft_timing: RaftTiming,
     /// Replication with other servers; `None`: a one-member store with no peer port.
@@ -212,6 +215,8 @@ pub struct ApiServer {
     accept_loop: tokio::task::JoinHandle<()>,
     /// The raft peer port's accept loop (it holds a handle to the store).
     peer_loop: Option<tokio::task::JoinHandle<()>>,
+    /// The serving certificate; updating it changes what the next handshake presents.
+    pub serving_cert: crate::pki::live::LiveCert,
 }
 
 impl ApiServer {
@@ -248,11 +253,12 @@ impl ApiServer {
 /// Opens the store, fills the watch cache, creates the built-in namespaces and the
 /// `kubernetes` Service, and starts serving.
 pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
-    let tls = tls::server_config(
-        &config.serving_cert_pem,
-        &config.serving_key_pem,
-        &config.client_ca_pem,
-    )?;
+    let serving_cert = crate::pki::live::LiveCert::new(&crate::pki::IssuedCert {
+        cert_pem: config.serving_cert_pem.clone(),
+        key_pem: config.serving_key_pem.clone(),
+    })
+    .map_err(|e| anyhow::anyhow!("loading the serving certificate: {e}"))?;
+    let tls = tls::server_config(&serving_cert, &config.client_ca_pem)?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding the API server to {}", config.listen))?;
@@ -283,7 +289,9 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
     let sa_tokens = config
         .service_account_key_file
         .as_deref()
-        .map(sa_token::TokenSigner::load_or_create)
+        .map(|path| {
+            sa_token::TokenSigner::load_with_keys(path, &config.service_account_extra_key_files)
+        })
         .transpose()
         .context("loading the service-account signing key")?;
     let auditor = audit::Auditor::start(&config.audit).context("starting the audit log")?;
@@ -349,6 +357,7 @@ pub async fn start(config: ApiServerConfig) -> anyhow::Result<ApiServer> {
         shutdown,
         accept_loop,
         peer_loop,
+        serving_cert,
     })
 }
 

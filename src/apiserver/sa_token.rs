@@ -11,6 +11,12 @@
 //!
 //! A node's request goes through NodeRestriction first (`authz::node::admit_token_request`);
 //! `service-account-max-token-expiration` caps `expirationSeconds` as kube-apiserver does.
+//! Key rotation: `service.key` may hold, after the one `PRIVATE KEY` that signs, further
+//! keys (`PUBLIC KEY` in SubjectPublicKeyInfo form, or more `PRIVATE KEY`s) that are only
+//! accepted for verification, as may the files of `--kube-apiserver-arg
+//! service-account-key-file=a,b` (kube-apiserver accepts several). [`rotate_key_file`]
+//! writes a new signing key and keeps the old one's public half; removing that block ends
+//! the old tokens.
 //!
 //! Owns the key file and token wire format; reads service accounts and pods from the watch
 //! cache only.
@@ -98,6 +104,8 @@ pub struct Claims {
 /// The signing key and what verification needs.
 pub struct TokenSigner {
     key: EcdsaKeyPair,
+    /// Further public keys (uncompressed P-256 points) accepted for verification only.
+    verify_only: Vec<Vec<u8>>,
     /// The key id: the unpadded base64url SHA-256 of the public key, as kube-apiserver uses.
     kid: String,
     rng: SystemRandom,
@@ -114,13 +122,122 @@ fn pem_encode(der: &[u8]) -> String {
     out
 }
 
+/// The DER prefix of a P-256 SubjectPublicKeyInfo before its 65-byte uncompressed point.
+const P256_SPKI_PREFIX: [u8; 26] = [
+    0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08,
+    0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+];
+
+fn pem_block(label: &str, der: &[u8]) -> String {
+    let body = STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in body.as_bytes().chunks(64) {
+        out.push_str(&String::from_utf8_lossy(line));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+/// The PEM blocks of `text` as (label, DER); `None` if a block is not base64 or unterminated.
+fn pem_blocks(text: &str) -> Option<Vec<(String, Vec<u8>)>> {
+    let mut blocks = Vec::new();
+    let mut current: Option<(String, String)> = None;
+    for line in text.lines().map(str::trim) {
+        if let Some(label) = line
+            .strip_prefix("-----BEGIN ")
+            .and_then(|l| l.strip_suffix("-----"))
+        {
+            if current.is_some() {
+                return None;
+            }
+            current = Some((label.to_string(), String::new()));
+        } else if line.starts_with("-----END ") {
+            let (label, body) = current.take()?;
+            blocks.push((label, STANDARD.decode(body).ok()?));
+        } else if let Some((_, body)) = current.as_mut() {
+            body.push_str(line);
+        }
+    }
+    if current.is_some() { None } else { Some(blocks) }
+}
+
 fn pem_decode(text: &str) -> Option<Vec<u8>> {
-    let body: String = text
-        .lines()
-        .filter(|l| !l.starts_with("-----"))
-        .map(str::trim)
-        .collect();
-    STANDARD.decode(body).ok()
+    pem_blocks(text)?
+        .into_iter()
+        .find(|(label, _)| label == "PRIVATE KEY")
+        .map(|(_, der)| der)
+}
+
+/// The public point of a P-256 key block (`PRIVATE KEY` PKCS#8 or `PUBLIC KEY` SPKI).
+fn public_point(label: &str, der: &[u8]) -> Result<Vec<u8>, String> {
+    match label {
+        "PRIVATE KEY" => {
+            let key = EcdsaKeyPair::from_pkcs8(
+                &signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+                der,
+                &SystemRandom::new(),
+            )
+            .map_err(|e| format!("not a PKCS#8 P-256 key: {e}"))?;
+            Ok(key.public_key().as_ref().to_vec())
+        }
+        "PUBLIC KEY" => der
+            .strip_prefix(&P256_SPKI_PREFIX[..])
+            .filter(|point| point.len() == 65 && point[0] == 4)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| "not a P-256 public key".to_string()),
+        other => Err(format!("unsupported PEM block {other:?}")),
+    }
+}
+
+/// The verification keys of a key file: every key block in it. Blocks that cannot be used
+/// are skipped with a warning.
+fn verification_keys(path: &Path) -> Result<Vec<Vec<u8>>, TokenError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| TokenError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    let blocks = pem_blocks(&text).ok_or_else(|| TokenError::BadKey {
+        path: shown.clone(),
+        reason: "not PEM".into(),
+    })?;
+    let mut keys = Vec::new();
+    for (label, der) in blocks {
+        match public_point(&label, &der) {
+            Ok(point) => keys.push(point),
+            Err(reason) => tracing::warn!(path = %shown, %reason, "skipping a service-account key block"),
+        }
+    }
+    Ok(keys)
+}
+
+/// Rotates the key file at `path`: a new signing key, followed by the public halves of every
+/// key the file held (so tokens signed by them still verify until those blocks are removed).
+/// Returns how many old keys are kept for verification.
+pub fn rotate_key_file(path: &Path) -> Result<usize, TokenError> {
+    let shown = path.display().to_string();
+    let old = verification_keys(path)?;
+    let rng = SystemRandom::new();
+    let doc = EcdsaKeyPair::generate_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+        .map_err(|_| TokenError::Generate)?;
+    let mut text = pem_encode(doc.as_ref());
+    let mut kept = Vec::new();
+    for point in old {
+        if !kept.contains(&point) {
+            let mut spki = P256_SPKI_PREFIX.to_vec();
+            spki.extend_from_slice(&point);
+            text.push_str(&pem_block("PUBLIC KEY", &spki));
+            kept.push(point);
+        }
+    }
+    crate::pki::files::write_atomic(path, text.as_bytes(), 0o600).map_err(|e| {
+        TokenError::Write {
+            path: shown,
+            reason: e.to_string(),
+        }
+    })?;
+    Ok(kept.len())
 }
 
 impl TokenSigner {
@@ -157,10 +274,46 @@ impl TokenSigner {
                 });
             }
         };
-        Self::from_pkcs8(&pkcs8).map_err(|reason| TokenError::BadKey {
+        let mut signer = Self::from_pkcs8(&pkcs8).map_err(|reason| TokenError::BadKey {
             path: shown,
             reason,
-        })
+        })?;
+        for point in verification_keys(path)? {
+            signer.accept(point);
+        }
+        Ok(signer)
+    }
+
+    /// [`load_or_create`](Self::load_or_create), also accepting for verification the keys
+    /// in `extra_files` (`service-account-key-file`; each must be readable).
+    pub fn load_with_keys(path: &Path, extra_files: &[std::path::PathBuf]) -> Result<TokenSigner, TokenError> {
+        let mut signer = Self::load_or_create(path)?;
+        for file in extra_files {
+            let keys = verification_keys(file)?;
+            if keys.is_empty() {
+                return Err(TokenError::BadKey {
+                    path: file.display().to_string(),
+                    reason: "no usable P-256 key in it".into(),
+                });
+            }
+            for point in keys {
+                signer.accept(point);
+            }
+        }
+        if !signer.verify_only.is_empty() {
+            tracing::info!(
+                keys = signer.verify_only.len(),
+                "accepting service-account tokens of previous keys"
+            );
+        }
+        Ok(signer)
+    }
+
+    /// Accepts tokens signed by the key with public point `point`.
+    fn accept(&mut self, point: Vec<u8>) {
+        if point != self.key.public_key().as_ref() && !self.verify_only.contains(&point) {
+            self.verify_only.push(point);
+        }
     }
 
     pub fn from_pkcs8(pkcs8: &[u8]) -> Result<TokenSigner, String> {
@@ -170,7 +323,12 @@ impl TokenSigner {
                 .map_err(|e| e.to_string())?;
         let digest = ring::digest::digest(&ring::digest::SHA256, key.public_key().as_ref());
         let kid = URL_SAFE_NO_PAD.encode(digest.as_ref());
-        Ok(TokenSigner { key, kid, rng })
+        Ok(TokenSigner {
+            key,
+            verify_only: Vec::new(),
+            kid,
+            rng,
+        })
     }
 
     /// Signs `claims` into a compact JWT.
@@ -210,12 +368,16 @@ impl TokenSigner {
             .decode(sig)
             .map_err(|_| TokenError::Malformed)?;
         let signed = &token[..header_payload_len(token)];
-        signature::UnparsedPublicKey::new(
-            &signature::ECDSA_P256_SHA256_FIXED,
-            self.key.public_key().as_ref(),
-        )
-        .verify(signed.as_bytes(), &sig)
-        .map_err(|_| TokenError::Signature)?;
+        let valid = std::iter::once(self.key.public_key().as_ref())
+            .chain(self.verify_only.iter().map(Vec::as_slice))
+            .any(|public| {
+                signature::UnparsedPublicKey::new(&signature::ECDSA_P256_SHA256_FIXED, public)
+                    .verify(signed.as_bytes(), &sig)
+                    .is_ok()
+            });
+        if !valid {
+            return Err(TokenError::Signature);
+        }
         let claims: Claims = URL_SAFE_NO_PAD
             .decode(payload)
             .ok()
@@ -709,6 +871,50 @@ mod tests {
             TokenSigner::load_or_create(&path),
             Err(TokenError::BadKey { .. })
         ));
+        std::fs::write(&path, "-----BEGIN PUBLIC KEY-----\nAAAA\n").expect("write");
+        assert!(matches!(
+            TokenSigner::load_or_create(&path),
+            Err(TokenError::BadKey { .. })
+        ));
+    }
+
+    #[test]
+    fn rotation_keeps_old_tokens_until_the_old_key_is_removed() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("service.key");
+        let now = 1_700_000_000;
+        let first = TokenSigner::load_or_create(&path).expect("create");
+        let old_token = first.sign(&claims(now)).expect("sign");
+        assert_eq!(rotate_key_file(&path).expect("rotate"), 1);
+        let rotated = TokenSigner::load_or_create(&path).expect("reload");
+        assert_ne!(rotated.kid, first.kid, "signs with the new key");
+        assert!(rotated.verify(&old_token, now + 1).is_ok(), "old key still listed");
+        let new_token = rotated.sign(&claims(now)).expect("sign");
+        assert!(first.verify(&new_token, now + 1).is_err());
+        // A second rotation keeps both previous keys.
+        assert_eq!(rotate_key_file(&path).expect("rotate"), 2);
+        let twice = TokenSigner::load_or_create(&path).expect("reload");
+        assert!(twice.verify(&old_token, now + 1).is_ok());
+        assert!(twice.verify(&new_token, now + 1).is_ok());
+        // Dropping the PUBLIC KEY blocks ends the old tokens.
+        let text = std::fs::read_to_string(&path).expect("read");
+        let end = "-----END PRIVATE KEY-----\n";
+        let only_current = &text[..text.find(end).expect("private block") + end.len()];
+        std::fs::write(&path, only_current).expect("write");
+        let current = TokenSigner::load_or_create(&path).expect("reload");
+        assert!(matches!(current.verify(&old_token, now + 1), Err(TokenError::Signature)));
+        assert!(matches!(current.verify(&new_token, now + 1), Err(TokenError::Signature)));
+
+        // Or the old key in a file of its own (service-account-key-file).
+        let old_file = dir.path().join("old.pub");
+        std::fs::write(&old_file, only_current).expect("write");
+        let other = dir.path().join("other.key");
+        let with = TokenSigner::load_with_keys(&other, &[old_file]).expect("with extra");
+        let by_old = current.sign(&claims(now)).expect("sign");
+        assert!(with.verify(&by_old, now + 1).is_ok());
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "").expect("write");
+        assert!(TokenSigner::load_with_keys(&other, &[empty]).is_err());
     }
 
     #[test]

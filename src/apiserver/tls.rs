@@ -1,27 +1,27 @@
 //! TLS for the API server: rustls with the serving certificate, client certificates
 //! verified against the client CA but optional (bearer tokens and anonymous health
 //! checks arrive without one), ALPN for HTTP/2 and HTTP/1.1.
+//!
+//! The serving certificate is a [`LiveCert`]: the server's renewal task swaps in a renewed
+//! one and the next handshake uses it, without a restart. Client certificates are checked
+//! by webpki, expiry included: an expired one fails the handshake.
 
 use std::sync::Arc;
 
 use anyhow::Context;
 use rustls::RootCertStore;
+use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 
-/// Builds the server-side TLS configuration.
+use crate::pki::live::LiveCert;
+
+/// Builds the server-side TLS configuration serving `serving`'s current certificate.
 pub fn server_config(
-    cert_pem: &str,
-    key_pem: &str,
+    serving: &LiveCert,
     client_ca_pem: &str,
 ) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .context("parsing the serving certificate")?;
-    let key =
-        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).context("parsing the serving key")?;
     let mut roots = RootCertStore::empty();
     for ca in CertificateDer::pem_slice_iter(client_ca_pem.as_bytes()) {
         roots
@@ -36,8 +36,7 @@ pub fn server_config(
         .with_safe_default_protocol_versions()
         .context("choosing TLS versions")?
         .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)
-        .context("loading the serving certificate")?;
+        .with_cert_resolver(Arc::new(serving.clone()));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

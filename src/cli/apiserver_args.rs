@@ -42,6 +42,12 @@ pub const SUPPORTED: &[(&str, &str)] = &[
          at rest (aesgcm and identity providers)",
     ),
     (
+        "service-account-key-file",
+        "files of further public keys accepted for service-account tokens (comma-separated or \
+         repeated), e.g. the previous key during a rotation; tokens are signed with \
+         server/tls/service.key only",
+    ),
+    (
         "audit-log-path",
         "file the audit log is written to, `-` for stdout (nothing is logged without a policy)",
     ),
@@ -195,10 +201,40 @@ pub fn parse_args(args: &[String]) -> Result<Parsed, (String, String)> {
                 }
                 admission.max_token_expiration = (!d.is_zero()).then_some(d);
             }
+            "service-account-key-file" => {
+                service_account_key_files(std::slice::from_ref(arg)).map_err(fail)?;
+            }
             _ => ignored.push(arg.clone()),
         }
     }
     Ok((limits, encryption, audit, ignored, admission))
+}
+
+/// The files of every `service-account-key-file=a[,b…]` argument (the flag may repeat, as
+/// kube-apiserver's): public keys accepted for service-account tokens besides the signing
+/// key's, e.g. the previous key during a rotation. Each must exist.
+pub fn service_account_key_files(args: &[String]) -> Result<Vec<std::path::PathBuf>, String> {
+    let mut files = Vec::new();
+    for arg in args {
+        let trimmed = arg.trim().trim_start_matches("--");
+        let Some(("service-account-key-file", value)) = trimmed
+            .split_once('=')
+            .map(|(k, v)| (k.trim(), v.trim()))
+        else {
+            continue;
+        };
+        for part in value.split(',').map(str::trim) {
+            if part.is_empty() {
+                return Err("expected key file paths, comma-separated".into());
+            }
+            let path = std::path::PathBuf::from(part);
+            if !path.is_file() {
+                return Err(format!("{part} is not a readable file"));
+            }
+            files.push(path);
+        }
+    }
+    Ok(files)
 }
 
 fn whole(value: &str, unit: &str) -> Result<u32, String> {

@@ -55,6 +55,8 @@ pub enum Command {
     SecretsEncrypt(super::secrets_encrypt::SecretsEncryptArgs),
     /// Manage tokens: bootstrap tokens (create, list, delete), server token rotation
     Token(super::token::TokenArgs),
+    /// Check or rotate certificates (check, rotate)
+    Certificate(super::certificate::CertificateArgs),
     /// Check that this machine's kernel and packages can run k3rs
     CheckConfig,
     /// Print a systemd unit for k3rs (used by install.sh)

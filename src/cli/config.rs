@@ -105,6 +105,8 @@ pub struct ServerConfig {
     pub ignored_apiserver_args: Vec<String>,
     /// Optional admission plugins and the TokenRequest cap (`--kube-apiserver-arg`).
     pub admission: crate::apiserver::admission::Settings,
+    /// `--kube-apiserver-arg service-account-key-file=…`: further token verification keys.
+    pub service_account_key_files: Vec<PathBuf>,
     /// `--disable-agent`.
     pub disable_agent: bool,
     /// `--disable-controller-manager`.
@@ -754,6 +756,9 @@ fn resolve(
     let (apiserver_limits, encryption_provider_config, audit, ignored_apiserver_args, admission) =
         super::apiserver_args::parse_args(&apiserver_args)
             .map_err(|(arg, reason)| s.invalid("kube-apiserver-arg", &arg, reason))?;
+    let service_account_key_files =
+        super::apiserver_args::service_account_key_files(&apiserver_args)
+            .map_err(|reason| s.invalid("kube-apiserver-arg", "service-account-key-file", reason))?;
     let cluster_init = s.flag("cluster-init");
     let secrets_encryption = s.flag("secrets-encryption");
     let join_url = s.one("server", parse_server_url)?;
@@ -823,6 +828,7 @@ fn resolve(
         apiserver_limits,
         ignored_apiserver_args,
         admission,
+        service_account_key_files,
         audit,
         disable_agent,
         disable_controller_manager,

@@ -9,6 +9,8 @@
 pub mod agent;
 pub mod apiserver_args;
 pub mod args;
+pub mod cert_renewal;
+pub mod certificate;
 pub mod check_config;
 pub mod cidr;
 pub mod config;

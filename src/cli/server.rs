@@ -35,6 +35,8 @@ pub struct Prepared {
     /// `--server` on a first start: the cluster accepted the token and sent its bootstrap
     /// data; the server still has to be added as a member.
     pub joining: Option<(String, super::server_join::Fetched)>,
+    /// What the certificates must cover, for renewing them while running.
+    pub pki_options: ServerPkiOptions,
 }
 
 /// The raft peer port (etcd's, as k3s uses it).
@@ -157,6 +159,7 @@ pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
     );
 
     Ok(Prepared {
+        pki_options: options,
         pki,
         token,
         agent_token_secret,
@@ -327,6 +330,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
             pki::NodeSigner::from_pki(&prepared.pki).context("preparing the node signer")?,
         )),
         service_account_key_file: Some(config.data_dir.join("server/tls/service.key")),
+        service_account_extra_key_files: config.service_account_key_files.clone(),
         raft_timing: config.raft_timing,
         cluster: Some(cluster),
         limits: config.apiserver_limits.clone(),
@@ -342,6 +346,20 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         .await
         .context("starting the API server")?;
     let local_url = api_url(config.bind_address, server.local_addr.port());
+    tokio::spawn(
+        super::cert_renewal::ServerRenewal {
+            tls_dir: prepared.pki.tls_dir().to_path_buf(),
+            options: prepared.pki_options.clone(),
+            serving: server.serving_cert.clone(),
+            kubeconfig: super::cert_renewal::Kubeconfig {
+                path: config.write_kubeconfig.clone(),
+                mode: config.write_kubeconfig_mode,
+                url: prepared.api_url.clone(),
+            },
+            admin: prepared.pki.admin().clone(),
+        }
+        .run(),
+    );
     notifier.status("Waiting for the API server to answer /readyz");
     let admin = issued_client(&prepared, prepared.pki.admin(), &local_url)
         .await

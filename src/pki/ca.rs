@@ -16,6 +16,25 @@ use super::{IssuedCert, PkiError, ServingSans};
 pub(crate) const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// Leaf certificates are valid for 1 year (as k3s's).
 pub(crate) const LEAF_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Test hook: leaf certificates valid for this many days instead of [`LEAF_VALIDITY`], so a
+/// test can watch renewal happen while a server runs (every leaf then falls inside the
+/// 90-day renewal window). Unset in production.
+pub const TEST_LEAF_DAYS_ENV: &str = "K3RS_TEST_LEAF_DAYS";
+
+/// How long a new leaf certificate is valid: [`LEAF_VALIDITY`], or [`TEST_LEAF_DAYS_ENV`].
+pub(crate) fn leaf_validity() -> Duration {
+    let Some(value) = std::env::var_os(TEST_LEAF_DAYS_ENV) else {
+        return LEAF_VALIDITY;
+    };
+    match value.to_str().and_then(|v| v.trim().parse::<u64>().ok()) {
+        Some(days) if (1..=3650).contains(&days) => Duration::from_secs(days * 24 * 3600),
+        _ => {
+            tracing::warn!(value = ?value, "{TEST_LEAF_DAYS_ENV} is not a number of days (1..=3650); ignored");
+            LEAF_VALIDITY
+        }
+    }
+}
+
 /// Certificates start being valid a little in the past to tolerate clock skew between nodes.
 const BACKDATE: Duration = Duration::from_secs(5 * 60);
 
@@ -248,7 +267,7 @@ fn leaf_params(common_name: &str) -> CertificateParams {
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.use_authority_key_identifier_extension = true;
-    set_validity(&mut params, LEAF_VALIDITY);
+    set_validity(&mut params, leaf_validity());
     params
 }
 

@@ -23,9 +23,11 @@ pub mod files;
 pub mod insecure;
 pub(crate) mod inspect;
 pub mod kubeconfig;
+pub mod live;
 pub mod node;
+pub mod rotation;
 mod sans;
-mod server;
+pub(crate) mod server;
 pub mod token;
 
 use std::fmt;

@@ -11,8 +11,8 @@ use super::files::{self, PRIVATE_MODE, PUBLIC_MODE};
 use super::inspect;
 use super::{CertificateAuthority, IssuedCert, PkiError, ServingSans};
 
-/// Leaf certificates expiring within this many seconds are re-issued at start (k3s: 90 days).
-const RENEW_BEFORE_SECS: i64 = 90 * 24 * 3600;
+/// Leaf certificates expiring within this many seconds are re-issued (k3s: 90 days).
+use super::rotation::RENEW_BEFORE_SECS;
 
 /// File stem of the server CA (`server-ca.crt`/`.key`).
 pub const SERVER_CA: &str = "server-ca";

@@ -24,7 +24,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::CertificateDer;
 use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpListener;
 use x509_parser::prelude::{FromDer, X509Certificate};
@@ -37,8 +37,8 @@ pub const APISERVER_USER: &str = "system:apiserver";
 pub struct ServerConfig {
     /// Usually `0.0.0.0:10250`.
     pub listen: SocketAddr,
-    pub serving_cert_pem: String,
-    pub serving_key_pem: String,
+    /// The serving certificate; the agent swaps in a renewed one without a restart.
+    pub serving: crate::pki::live::LiveCert,
     /// Only client certificates from this CA are accepted.
     pub client_ca_pem: String,
     /// The CRI socket.
@@ -69,7 +69,7 @@ pub async fn serve_on(listener: TcpListener, config: ServerConfig) -> anyhow::Re
     let state = Arc::new(State {
         runtime: cri::connect_lazy(&config.cri_endpoint),
         pod_log_dir: config.pod_log_dir.clone(),
-        node_name: node_name_of(&config.serving_cert_pem).unwrap_or_else(hostname),
+        node_name: node_name_of(&config.serving.issued().cert_pem).unwrap_or_else(hostname),
         cpu: stats::CpuSampler::default(),
     });
     tracing::info!(address = %listener.local_addr().map_or(config.listen, |a| a), "kubelet server listening");
@@ -119,12 +119,6 @@ pub async fn serve_on(listener: TcpListener, config: ServerConfig) -> anyhow::Re
 
 fn tls_config(config: &ServerConfig) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let certs: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(config.serving_cert_pem.as_bytes())
-            .collect::<Result<_, _>>()
-            .context("parsing the kubelet serving certificate")?;
-    let key = PrivateKeyDer::from_pem_slice(config.serving_key_pem.as_bytes())
-        .context("parsing the kubelet serving key")?;
     let mut roots = RootCertStore::empty();
     for ca in CertificateDer::pem_slice_iter(config.client_ca_pem.as_bytes()) {
         roots
@@ -141,8 +135,7 @@ fn tls_config(config: &ServerConfig) -> anyhow::Result<Arc<rustls::ServerConfig>
         .with_safe_default_protocol_versions()
         .context("choosing TLS versions")?
         .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)
-        .context("loading the kubelet serving certificate")?;
+        .with_cert_resolver(Arc::new(config.serving.clone()));
     tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(tls))
 }
