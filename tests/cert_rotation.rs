@@ -45,7 +45,8 @@ fn certificate_cmd(args: &[&str]) -> (bool, String, String) {
 /// The certificate the server presents in a TLS handshake verified against its CA.
 async fn presented_cert(server: &Server) -> Vec<u8> {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(read(&tls_dir(server).join("server-ca.crt")).as_bytes())
+    for cert in
+        CertificateDer::pem_slice_iter(read(&tls_dir(server).join("server-ca.crt")).as_bytes())
     {
         roots.add(cert.expect("CA PEM")).expect("add CA");
     }
@@ -94,10 +95,16 @@ fn kubectl_ok(server: &Server, args: &[&str]) -> String {
 async fn serving_certificate_is_renewed_while_running() {
     let server = Server::start_with_env(
         &[],
-        &[("K3RS_TEST_LEAF_DAYS", "30"), ("K3RS_CERT_CHECK_INTERVAL", "1")],
+        &[
+            ("K3RS_TEST_LEAF_DAYS", "30"),
+            ("K3RS_CERT_CHECK_INTERVAL", "1"),
+        ],
     );
     let first = presented_cert(&server).await;
-    assert_eq!(first, der_of(&read(&tls_dir(&server).join("serving-kube-apiserver.crt"))));
+    assert_eq!(
+        first,
+        der_of(&read(&tls_dir(&server).join("serving-kube-apiserver.crt")))
+    );
     let admin_before = read(&server.kubeconfig);
     // 30-day certificates are inside the 90-day window: the next check renews them.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -113,7 +120,11 @@ async fn serving_certificate_is_renewed_while_running() {
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
-    assert!(server.log().contains("serving a renewed API server certificate"));
+    assert!(
+        server
+            .log()
+            .contains("serving a renewed API server certificate")
+    );
     // What is served is what is on disk (a restart would serve the same).
     let on_disk = der_of(&read(&tls_dir(&server).join("serving-kube-apiserver.crt")));
     assert!(
@@ -139,13 +150,24 @@ fn certificate_check_lists_every_certificate() {
     assert!(ok, "{err}");
     let mut lines = table.lines();
     let header = lines.next().expect("header");
-    for column in ["FILENAME", "SUBJECT", "USAGES", "EXPIRES", "RESIDUAL TIME", "STATUS"] {
+    for column in [
+        "FILENAME",
+        "SUBJECT",
+        "USAGES",
+        "EXPIRES",
+        "RESIDUAL TIME",
+        "STATUS",
+    ] {
         assert!(header.contains(column), "{header}");
     }
     let mut crts = Vec::new();
     for dir in [tls_dir(&server), tls_dir(&server).join("etcd")] {
         for entry in std::fs::read_dir(&dir).expect("tls dir") {
-            let name = entry.expect("entry").file_name().to_string_lossy().into_owned();
+            let name = entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
             if name.ends_with(".crt") {
                 let rel = if dir.ends_with("etcd") {
                     format!("server/tls/etcd/{name}")
@@ -163,7 +185,10 @@ fn certificate_check_lists_every_certificate() {
             .expect("time")
             .as_secs() as i64
             + years * 365 * 24 * 3600;
-        jiff::Timestamp::from_second(t).expect("ts").strftime("%Y").to_string()
+        jiff::Timestamp::from_second(t)
+            .expect("ts")
+            .strftime("%Y")
+            .to_string()
     };
     for crt in &crts {
         let line = table
@@ -171,7 +196,11 @@ fn certificate_check_lists_every_certificate() {
             .find(|l| l.split_whitespace().next() == Some(crt.as_str()))
             .unwrap_or_else(|| panic!("{crt} missing from\n{table}"));
         assert!(line.ends_with("OK"), "{line}");
-        let want = if crt.ends_with("-ca.crt") { year(10) } else { year(1) };
+        let want = if crt.ends_with("-ca.crt") {
+            year(10)
+        } else {
+            year(1)
+        };
         assert!(line.contains(&want), "{crt} expires in {want}? {line}");
     }
     assert!(table.contains("CN=system:admin"), "{table}");
@@ -186,7 +215,10 @@ fn certificate_check_lists_every_certificate() {
     ]);
     assert!(ok, "{err}");
     assert_eq!(text.lines().count(), 2, "{text}");
-    assert!(text.contains("serving-kube-apiserver.crt: certificate"), "{text}");
+    assert!(
+        text.contains("serving-kube-apiserver.crt: certificate"),
+        "{text}"
+    );
     let (ok, _, err) = certificate_cmd(&["check", "--data-dir", data, "--service", "bogus"]);
     assert!(!ok);
     assert!(err.contains("unknown service \"bogus\""), "{err}");
@@ -213,10 +245,16 @@ async fn rotate_api_server_on_a_stopped_server() {
         .expect("server dir")
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("tls-")))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("tls-"))
+        })
         .collect();
     assert_eq!(backups.len(), 1, "{backups:?}");
-    assert_eq!(read(&backups[0].join("serving-kube-apiserver.crt")), old_pem);
+    assert_eq!(
+        read(&backups[0].join("serving-kube-apiserver.crt")),
+        old_pem
+    );
     assert!(backups[0].join("server-ca.key").is_file());
     assert!(!data.join("server/tls/serving-kube-apiserver.crt").exists());
     assert!(data.join("server/tls/client-admin.crt").exists());
@@ -259,7 +297,9 @@ fn restart(mut server: Server, extra: &[&str]) -> Server {
 #[tokio::test]
 async fn service_account_key_rotation_keeps_old_tokens_while_listed() {
     let server = Server::start();
-    let old_token = kubectl_ok(&server, &["create", "token", "default"]).trim().to_string();
+    let old_token = kubectl_ok(&server, &["create", "token", "default"])
+        .trim()
+        .to_string();
     assert_eq!(token_status(&server, &old_token).await, 403);
     let key_path = tls_dir(&server).join("service.key");
     let old_key = read(&key_path);
@@ -277,14 +317,20 @@ async fn service_account_key_rotation_keeps_old_tokens_while_listed() {
     assert!(ok, "{err}");
     assert!(out.contains("1 previous public key(s) kept"), "{out}");
     let server = restart(server, &[]);
-    let new_token = kubectl_ok(&server, &["create", "token", "default"]).trim().to_string();
+    let new_token = kubectl_ok(&server, &["create", "token", "default"])
+        .trim()
+        .to_string();
     assert_ne!(
         new_token.split('.').next(),
         old_token.split('.').next(),
         "signed with another key id"
     );
     assert_eq!(token_status(&server, &new_token).await, 403);
-    assert_eq!(token_status(&server, &old_token).await, 403, "old key still listed");
+    assert_eq!(
+        token_status(&server, &old_token).await,
+        403,
+        "old key still listed"
+    );
 
     // Dropping the old public key from service.key ends the old tokens.
     let rotated = read(&key_path);
@@ -295,7 +341,11 @@ async fn service_account_key_rotation_keeps_old_tokens_while_listed() {
     server.stop();
     std::fs::write(&key_path, current_only).expect("write service.key");
     let server = restart(server, &[]);
-    assert_eq!(token_status(&server, &old_token).await, 401, "old key removed");
+    assert_eq!(
+        token_status(&server, &old_token).await,
+        401,
+        "old key removed"
+    );
     assert_eq!(token_status(&server, &new_token).await, 403);
 
     // Listing the old key with service-account-key-file accepts its tokens again.
@@ -324,9 +374,8 @@ fn admin_cert(server: &Server, not_before: i64, not_after: i64) -> k3rs::pki::Is
         .distinguished_name
         .push(rcgen::DnType::OrganizationName, "system:masters");
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-    let at = |t: i64| {
-        std::time::UNIX_EPOCH + Duration::from_secs(u64::try_from(t).expect("positive"))
-    };
+    let at =
+        |t: i64| std::time::UNIX_EPOCH + Duration::from_secs(u64::try_from(t).expect("positive"));
     params.not_before = at(not_before).into();
     params.not_after = at(not_after).into();
     let key = rcgen::KeyPair::generate().expect("key");
@@ -366,7 +415,10 @@ async fn an_expired_client_certificate_is_refused() {
         Err(_) => {}
     }
     let future = list(admin_cert(&server, now + 3600, now + 7200)).await;
-    assert!(future.is_err(), "a not-yet-valid client certificate was accepted");
+    assert!(
+        future.is_err(),
+        "a not-yet-valid client certificate was accepted"
+    );
 }
 
 fn node_token(server: &Server) -> String {
@@ -401,7 +453,7 @@ fn join(server: &Server, data: &Path, node: &str) {
     assert!(err.contains("node credentials ready"), "{err}");
 }
 
-fn renewal(server: &Server, data: &Path, node: &str) -> k3rs::agent::renewal::AgentRenewal {
+fn agent_renewal(server: &Server, data: &Path, node: &str) -> k3rs::agent::renewal::AgentRenewal {
     let agent = data.join("agent");
     let pair = |stem: &str| k3rs::pki::IssuedCert {
         cert_pem: read(&agent.join(format!("{stem}.crt"))),
@@ -440,7 +492,7 @@ async fn an_agent_renews_its_certificates_with_its_client_certificate() {
     let kubeconfig_before = read(&agent.join("kubelet.kubeconfig"));
 
     // No token: the only credential is the current client certificate.
-    let mut renewal = renewal(&server, &data, "worker-r");
+    let mut renewal = agent_renewal(&server, &data, "worker-r");
     let live = renewal.client.clone();
     renewal.check().await.expect("renewal");
     let after = read(&agent.join("client-kubelet.crt"));
@@ -465,12 +517,15 @@ async fn an_agent_renews_its_certificates_with_its_client_certificate() {
     // Another node's certificate does not renew this one's (no token to fall back on).
     let other_data = dir.path().join("other-data");
     join(&server, &other_data, "worker-o");
-    let mut stolen = renewal(&server, &data, "worker-r");
+    let mut stolen = agent_renewal(&server, &data, "worker-r");
     let other = k3rs::pki::IssuedCert {
         cert_pem: read(&other_data.join("agent/client-kubelet.crt")),
         key_pem: read(&other_data.join("agent/client-kubelet.key")),
     };
     stolen.client.update(&other).expect("swap");
-    let e = stolen.check().await.expect_err("another node's certificate");
+    let e = stolen
+        .check()
+        .await
+        .expect_err("another node's certificate");
     assert!(format!("{e:#}").contains("401"), "{e:#}");
 }

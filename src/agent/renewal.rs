@@ -87,14 +87,20 @@ impl AgentRenewal {
                 let client = match &client_due {
                     Some(reason) => {
                         tracing::info!(%reason, "renewing the kubelet client certificate");
-                        Some(self.fetch("/v1-k3rs/client-kubelet.crt", token.as_ref()).await?)
+                        Some(
+                            self.fetch("/v1-k3rs/client-kubelet.crt", token.as_ref())
+                                .await?,
+                        )
                     }
                     None => None,
                 };
                 let serving = match &serving_due {
                     Some(reason) => {
                         tracing::info!(%reason, "renewing the kubelet serving certificate");
-                        Some(self.fetch("/v1-k3rs/serving-kubelet.crt", token.as_ref()).await?)
+                        Some(
+                            self.fetch("/v1-k3rs/serving-kubelet.crt", token.as_ref())
+                                .await?,
+                        )
                     }
                     None => None,
                 };
@@ -171,14 +177,19 @@ impl AgentRenewal {
             (Ok(reply), _) if reply.status == 200 => reply,
             (first, Some(token)) => {
                 match &first {
-                    Ok(reply) => tracing::warn!(status = reply.status, "renewal with the client certificate refused; using the token"),
-                    Err(e) => tracing::warn!(error = %e, "renewal with the client certificate failed; using the token"),
+                    Ok(reply) => tracing::warn!(
+                        status = reply.status,
+                        "renewal with the client certificate refused; using the token"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "renewal with the client certificate failed; using the token")
+                    }
                 }
                 let secret = pki::parse_token(token.expose())
                     .map_err(|e| anyhow::anyhow!("the join token: {e}"))?
                     .secret;
-                let basic = base64::engine::general_purpose::STANDARD
-                    .encode(format!("node:{secret}"));
+                let basic =
+                    base64::engine::general_purpose::STANDARD.encode(format!("node:{secret}"));
                 headers.push(("Authorization", format!("Basic {basic}")));
                 let tls = join::pinned_tls(&self.credentials.server_ca_pem)?;
                 https_request(&server, tls, http::Method::GET, path, &headers, Vec::new()).await?
@@ -202,14 +213,12 @@ impl AgentRenewal {
         for cert in CertificateDer::pem_slice_iter(self.credentials.server_ca_pem.as_bytes()) {
             roots.add(cert?)?;
         }
-        Ok(
-            rustls::ClientConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_client_cert_resolver(Arc::new(self.client.clone())),
-        )
+        Ok(rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_client_cert_resolver(Arc::new(self.client.clone())))
     }
 }
 

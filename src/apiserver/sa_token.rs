@@ -124,8 +124,8 @@ fn pem_encode(der: &[u8]) -> String {
 
 /// The DER prefix of a P-256 SubjectPublicKeyInfo before its 65-byte uncompressed point.
 const P256_SPKI_PREFIX: [u8; 26] = [
-    0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08,
-    0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+    0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a,
+    0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
 ];
 
 fn pem_block(label: &str, der: &[u8]) -> String {
@@ -159,7 +159,11 @@ fn pem_blocks(text: &str) -> Option<Vec<(String, Vec<u8>)>> {
             body.push_str(line);
         }
     }
-    if current.is_some() { None } else { Some(blocks) }
+    if current.is_some() {
+        None
+    } else {
+        Some(blocks)
+    }
 }
 
 fn pem_decode(text: &str) -> Option<Vec<u8>> {
@@ -206,7 +210,9 @@ fn verification_keys(path: &Path) -> Result<Vec<Vec<u8>>, TokenError> {
     for (label, der) in blocks {
         match public_point(&label, &der) {
             Ok(point) => keys.push(point),
-            Err(reason) => tracing::warn!(path = %shown, %reason, "skipping a service-account key block"),
+            Err(reason) => {
+                tracing::warn!(path = %shown, %reason, "skipping a service-account key block")
+            }
         }
     }
     Ok(keys)
@@ -286,7 +292,10 @@ impl TokenSigner {
 
     /// [`load_or_create`](Self::load_or_create), also accepting for verification the keys
     /// in `extra_files` (`service-account-key-file`; each must be readable).
-    pub fn load_with_keys(path: &Path, extra_files: &[std::path::PathBuf]) -> Result<TokenSigner, TokenError> {
+    pub fn load_with_keys(
+        path: &Path,
+        extra_files: &[std::path::PathBuf],
+    ) -> Result<TokenSigner, TokenError> {
         let mut signer = Self::load_or_create(path)?;
         for file in extra_files {
             let keys = verification_keys(file)?;
@@ -888,7 +897,10 @@ mod tests {
         assert_eq!(rotate_key_file(&path).expect("rotate"), 1);
         let rotated = TokenSigner::load_or_create(&path).expect("reload");
         assert_ne!(rotated.kid, first.kid, "signs with the new key");
-        assert!(rotated.verify(&old_token, now + 1).is_ok(), "old key still listed");
+        assert!(
+            rotated.verify(&old_token, now + 1).is_ok(),
+            "old key still listed"
+        );
         let new_token = rotated.sign(&claims(now)).expect("sign");
         assert!(first.verify(&new_token, now + 1).is_err());
         // A second rotation keeps both previous keys.
@@ -902,8 +914,14 @@ mod tests {
         let only_current = &text[..text.find(end).expect("private block") + end.len()];
         std::fs::write(&path, only_current).expect("write");
         let current = TokenSigner::load_or_create(&path).expect("reload");
-        assert!(matches!(current.verify(&old_token, now + 1), Err(TokenError::Signature)));
-        assert!(matches!(current.verify(&new_token, now + 1), Err(TokenError::Signature)));
+        assert!(matches!(
+            current.verify(&old_token, now + 1),
+            Err(TokenError::Signature)
+        ));
+        assert!(matches!(
+            current.verify(&new_token, now + 1),
+            Err(TokenError::Signature)
+        ));
 
         // Or the old key in a file of its own (service-account-key-file).
         let old_file = dir.path().join("old.pub");

@@ -217,9 +217,8 @@ pub fn service_account_key_files(args: &[String]) -> Result<Vec<std::path::PathB
     let mut files = Vec::new();
     for arg in args {
         let trimmed = arg.trim().trim_start_matches("--");
-        let Some(("service-account-key-file", value)) = trimmed
-            .split_once('=')
-            .map(|(k, v)| (k.trim(), v.trim()))
+        let Some(("service-account-key-file", value)) =
+            trimmed.split_once('=').map(|(k, v)| (k.trim(), v.trim()))
         else {
             continue;
         };

@@ -61,7 +61,9 @@ impl ServerRenewal {
         match self.serving.update(pki.serving()) {
             Ok(true) => tracing::info!("serving a renewed API server certificate"),
             Ok(false) => {}
-            Err(e) => tracing::error!(error = %e, "the renewed serving certificate is unusable; keeping the old one"),
+            Err(e) => {
+                tracing::error!(error = %e, "the renewed serving certificate is unusable; keeping the old one")
+            }
         }
         if pki.admin() != &self.admin {
             pki::write_kubeconfig(

@@ -153,7 +153,12 @@ pub fn check(
                 let left = r.not_after - now;
                 let line = match r.status(now) {
                     rotation::Status::Expired => {
-                        format!("{}: certificate {} EXPIRED on {}", r.file, r.subject, date(r.not_after))
+                        format!(
+                            "{}: certificate {} EXPIRED on {}",
+                            r.file,
+                            r.subject,
+                            date(r.not_after)
+                        )
                     }
                     status => format!(
                         "{}: certificate {} will expire on {} ({} left, {})",
@@ -211,9 +216,7 @@ pub fn check(
             line(header);
             line(header.map(|h| if h.is_empty() { "" } else { "--------" }));
             for row in &table {
-                line([
-                    &row[0], &row[1], &row[2], &row[3], &row[4], &row[5],
-                ]);
+                line([&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]]);
             }
         }
     }
@@ -247,14 +250,16 @@ pub fn rotate(data_dir: &Path, services: &[String], now: i64) -> anyhow::Result<
         let present: Vec<&str> = stems
             .iter()
             .copied()
-            .filter(|s| dir.join(format!("{s}.crt")).exists() || dir.join(format!("{s}.key")).exists())
+            .filter(|s| {
+                dir.join(format!("{s}.crt")).exists() || dir.join(format!("{s}.key")).exists()
+            })
             .collect();
         let touches_sa = rotate_sa && dir.ends_with("server/tls");
         if present.is_empty() && !touches_sa {
             continue;
         }
-        let backup = rotation::backup(&dir, now)
-            .with_context(|| format!("backing up {}", dir.display()))?;
+        let backup =
+            rotation::backup(&dir, now).with_context(|| format!("backing up {}", dir.display()))?;
         report.push(format!(
             "Backed up {} to {}",
             dir.display(),
@@ -309,7 +314,14 @@ mod tests {
         let table = check(dir.path(), &[], Output::Table, now).expect("check");
         let mut lines = table.lines();
         let head = lines.next().expect("header");
-        for col in ["FILENAME", "SUBJECT", "USAGES", "EXPIRES", "RESIDUAL TIME", "STATUS"] {
+        for col in [
+            "FILENAME",
+            "SUBJECT",
+            "USAGES",
+            "EXPIRES",
+            "RESIDUAL TIME",
+            "STATUS",
+        ] {
             assert!(head.contains(col), "{head}");
         }
         assert!(table.contains("server/tls/client-admin.crt"), "{table}");

@@ -757,8 +757,9 @@ fn resolve(
         super::apiserver_args::parse_args(&apiserver_args)
             .map_err(|(arg, reason)| s.invalid("kube-apiserver-arg", &arg, reason))?;
     let service_account_key_files =
-        super::apiserver_args::service_account_key_files(&apiserver_args)
-            .map_err(|reason| s.invalid("kube-apiserver-arg", "service-account-key-file", reason))?;
+        super::apiserver_args::service_account_key_files(&apiserver_args).map_err(|reason| {
+            s.invalid("kube-apiserver-arg", "service-account-key-file", reason)
+        })?;
     let cluster_init = s.flag("cluster-init");
     let secrets_encryption = s.flag("secrets-encryption");
     let join_url = s.one("server", parse_server_url)?;

@@ -129,10 +129,12 @@ mod tests {
         };
         assert!(live.update(&mismatched).is_err());
         assert_eq!(live.issued(), two, "the old pair stays");
-        assert!(LiveCert::new(&IssuedCert {
-            cert_pem: "garbage".into(),
-            key_pem: String::new()
-        })
-        .is_err());
+        assert!(
+            LiveCert::new(&IssuedCert {
+                cert_pem: "garbage".into(),
+                key_pem: String::new()
+            })
+            .is_err()
+        );
     }
 }

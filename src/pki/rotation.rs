@@ -280,7 +280,11 @@ mod tests {
             .iter()
             .find(|r| r.file.ends_with("client-admin.crt"))
             .expect("admin");
-        assert!(admin.subject.contains("CN=system:admin"), "{}", admin.subject);
+        assert!(
+            admin.subject.contains("CN=system:admin"),
+            "{}",
+            admin.subject
+        );
         assert_eq!(admin.usages, "ClientAuth");
         let ca = rows
             .iter()
@@ -316,8 +320,8 @@ mod tests {
             assert_eq!(mode & 0o777, 0o600);
         }
         assert_ne!(backup(&tls, 1234).expect("second"), backup_dir);
-        let removed = remove_leaves(&tls, service_stems("api-server").expect("known"))
-            .expect("remove");
+        let removed =
+            remove_leaves(&tls, service_stems("api-server").expect("known")).expect("remove");
         assert_eq!(removed.len(), 4, "{removed:?}");
         assert!(!tls.join("serving-kube-apiserver.crt").exists());
         assert!(tls.join("client-admin.crt").exists());
