@@ -126,8 +126,7 @@ pub(crate) fn server_addr(url: &str) -> Result<ServerAddr, JoinError> {
         .strip_prefix("https://")
         .ok_or_else(|| unreachable("the URL must start with https://"))?
         .trim_end_matches('/');
-    let (host, port) =
-        crate::cli::agent::split_host_port(authority).map_err(|e| unreachable(&e))?;
+    let (host, port) = split_host_port(authority).map_err(|e| unreachable(&e))?;
     let port = match port {
         Some(p) => p.parse().map_err(|_| unreachable("invalid port"))?,
         None => 443,
@@ -552,6 +551,26 @@ pub fn store_credentials(credentials: NodeCredentials) -> Result<NodeCredentials
         }
     }
     Ok(credentials)
+}
+
+/// Splits `host[:port]` or `[v6][:port]`.
+pub fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), String> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| "unterminated [ in the server URL".to_string())?;
+        return match after {
+            "" => Ok((host, None)),
+            _ => after
+                .strip_prefix(':')
+                .map(|p| (host, Some(p)))
+                .ok_or_else(|| "expected :port after ]".to_string()),
+        };
+    }
+    Ok(match authority.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (authority, None),
+    })
 }
 
 #[cfg(test)]

@@ -136,7 +136,7 @@ pub fn address_of_url(url: &str) -> Result<String, String> {
     if authority.is_empty() || authority.contains(['/', '@', '?', '#']) {
         return Err("expected https://host[:port]".into());
     }
-    let (host, port) = crate::cli::agent::split_host_port(authority)?;
+    let (host, port) = super::join::split_host_port(authority)?;
     let port: u16 = match port {
         Some(p) => p.parse().map_err(|_| format!("invalid port {p:?}"))?,
         None => 443,
@@ -432,7 +432,7 @@ fn read_state(path: &Path, server_url: &str) -> Vec<String> {
 
 /// `host:port` with a numeric port and a host without whitespace or URL syntax.
 fn valid_address(address: &str) -> bool {
-    crate::cli::agent::split_host_port(address).is_ok_and(|(host, port)| {
+    super::join::split_host_port(address).is_ok_and(|(host, port)| {
         !host.is_empty()
             && !host.contains(|c: char| c.is_whitespace() || "/@?#".contains(c))
             && port.is_some_and(|p| p.parse::<u16>().is_ok())

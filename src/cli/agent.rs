@@ -188,7 +188,7 @@ pub fn run(config: AgentConfig) -> anyhow::Result<()> {
         tokio::spawn(crate::agent::memory::trim_loop());
         tokio::select! {
             result = crate::agent::run(options, notifier.clone()) => result,
-            () = super::server::wait_for_signal() => {
+            () = super::wait_for_signal() => {
                 notifier.stopping();
                 tracing::info!("shutting down");
                 Ok(())
@@ -209,7 +209,7 @@ fn parse_server_url(s: &str) -> Result<String, String> {
     if rest.contains(['/', '?', '#', '@']) {
         return Err("expected https://host:port without a path, query or user".to_string());
     }
-    let (host, port) = split_host_port(rest)?;
+    let (host, port) = crate::agent::join::split_host_port(rest)?;
     if host.is_empty() {
         return Err("the server URL has no host".to_string());
     }
@@ -220,26 +220,6 @@ fn parse_server_url(s: &str) -> Result<String, String> {
         }
     }
     Ok(s.to_string())
-}
-
-/// Splits `host[:port]` or `[v6][:port]`.
-pub fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), String> {
-    if let Some(rest) = authority.strip_prefix('[') {
-        let (host, after) = rest
-            .split_once(']')
-            .ok_or_else(|| "unterminated [ in the server URL".to_string())?;
-        return match after {
-            "" => Ok((host, None)),
-            _ => after
-                .strip_prefix(':')
-                .map(|p| (host, Some(p)))
-                .ok_or_else(|| "expected :port after ]".to_string()),
-        };
-    }
-    Ok(match authority.rsplit_once(':') {
-        Some((host, port)) => (host, Some(port)),
-        None => (authority, None),
-    })
 }
 
 #[cfg(test)]

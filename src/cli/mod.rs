@@ -61,6 +61,26 @@ pub fn version_string() -> String {
     format!("k3rs version v{} ({short})", env!("CARGO_PKG_VERSION"))
 }
 
+/// Returns at SIGTERM or SIGINT (systemd's stop, Ctrl-C): the server and the agent both
+/// stop on it.
+pub(crate) async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -507,7 +507,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
     tokio::pin!(removed);
     match agent {
         None => tokio::select! {
-            () = wait_for_signal() => {}
+            () = super::wait_for_signal() => {}
             error = &mut removed => {
                 notifier.stopping();
                 server.shutdown().await;
@@ -516,7 +516,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         },
         Some(mut agent) => {
             tokio::select! {
-                () = wait_for_signal() => agent.abort(),
+                () = super::wait_for_signal() => agent.abort(),
                 error = &mut removed => {
                     agent.abort();
                     notifier.stopping();
@@ -636,24 +636,6 @@ async fn issued_client(
 ) -> anyhow::Result<kube::Client> {
     crate::kube_client::with_certificate(url, prepared.pki.server_ca().cert_pem(), issued)
         .context("building the component client")
-}
-
-pub(crate) async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 /// The URL local clients use: `https://127.0.0.1:<port>`, or the bind address when the server

@@ -7,29 +7,14 @@
 //! [`serving_problem`]) decides whether certificates stored by an earlier start can be reused.
 //! Nothing here reads or writes files.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::path::Path;
 
 use super::inspect;
 use super::server::{kubelet_identity, leaf_problem, unix_now};
 use super::{CertificateAuthority, IssuedCert, PkiError, ServerPki, ServingSans};
 
-/// File stem of a kubelet's serving certificate (`serving-kubelet.crt`/`.key`, k3s's name).
-pub const KUBELET_SERVING: &str = "serving-kubelet";
-
-/// The names a kubelet's serving certificate covers: the node name, `localhost`, every node
-/// IP, `127.0.0.1` and `::1`.
-pub fn kubelet_serving_sans(node_name: &str, node_ips: &[IpAddr]) -> ServingSans {
-    let mut sans = ServingSans::new();
-    sans.add(node_name);
-    sans.add("localhost");
-    sans.add_ip(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    sans.add_ip(IpAddr::V6(Ipv6Addr::LOCALHOST));
-    for ip in node_ips {
-        sans.add_ip(*ip);
-    }
-    sans
-}
+pub use super::server::{KUBELET_SERVING, kubelet_serving_sans};
 
 /// Signs kubelet certificates for joining nodes with the server's two CAs.
 pub struct NodeSigner {

@@ -2,6 +2,7 @@
 //! certificate and the component client certificates, created once and reused.
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -73,6 +74,23 @@ pub const COMPONENT_CLIENTS: &[ClientIdentity] = &[
         groups: &["system:masters"],
     },
 ];
+
+/// File stem of a kubelet's serving certificate (`serving-kubelet.crt`/`.key`, k3s's name).
+pub const KUBELET_SERVING: &str = "serving-kubelet";
+
+/// The names a kubelet's serving certificate covers: the node name, `localhost`, every node
+/// IP, `127.0.0.1` and `::1`.
+pub fn kubelet_serving_sans(node_name: &str, node_ips: &[IpAddr]) -> ServingSans {
+    let mut sans = ServingSans::new();
+    sans.add(node_name);
+    sans.add("localhost");
+    sans.add_ip(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    sans.add_ip(IpAddr::V6(Ipv6Addr::LOCALHOST));
+    for ip in node_ips {
+        sans.add_ip(*ip);
+    }
+    sans
+}
 
 /// The user and group of the kubelet on `node_name`, as the Node authorizer expects them.
 pub fn kubelet_identity(node_name: &str) -> (String, &'static [&'static str]) {
@@ -186,17 +204,17 @@ impl ServerPki {
             clients.insert(stem, cert);
         }
         if let Some(node) = &options.kubelet_node {
-            let sans = super::node::kubelet_serving_sans(node, &options.kubelet_ips);
+            let sans = kubelet_serving_sans(node, &options.kubelet_ips);
             let (cn, _) = kubelet_identity(node);
             let cert = ensure_leaf(
                 tls_dir,
-                super::node::KUBELET_SERVING,
+                KUBELET_SERVING,
                 &server_ca,
                 now,
                 &|info| sans_problem(info, &sans),
                 &|| server_ca.issue_serving_cert(&cn, &sans),
             )?;
-            clients.insert(super::node::KUBELET_SERVING.to_string(), cert);
+            clients.insert(KUBELET_SERVING.to_string(), cert);
         }
         let admin = clients
             .get(CLIENT_ADMIN)
