@@ -431,6 +431,14 @@ impl Store {
                 e,
             )
         })?;
+        // Owner only, whatever the umask or an older k3rs left (etcd keeps its data
+        // directory 0700; CIS 1.1.11).
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&config.dir, std::fs::Permissions::from_mode(0o700)).map_err(
+                |e| StoreError::io(format!("making {} private (0700)", config.dir.display()), e),
+            )?;
+        }
         let lock = lock_directory(&config.dir)?;
         let db_path = config.dir.join(DB_FILE_NAME);
         let database =

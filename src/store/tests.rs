@@ -350,6 +350,18 @@ fn writes_succeed_while_truncate_checkpoints_run() {
 }
 
 #[test]
+fn the_store_directory_is_private_whatever_it_was() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    std::fs::create_dir(&db).unwrap();
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let _store = open(&db);
+    let mode = std::fs::metadata(&db).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "store directory mode {mode:o}");
+}
+
+#[test]
 fn a_second_process_cannot_open_the_same_directory() {
     let dir = tempfile::tempdir().unwrap();
     let _store = open(dir.path());
