@@ -1384,3 +1384,63 @@ async fn kubectl_logs_exec_and_port_forward_through_the_api_server() {
     }
     let _ = std::io::stderr().flush();
 }
+
+/// Slowloris against :10250 (issue 25 item 7): 300 anonymous TLS connections whose request
+/// headers never end do not keep the API server's requests from being answered at once,
+/// and each is closed after the header read timeout. `/healthz` needs no runtime, so no
+/// containerd here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_server_survives_a_slowloris() {
+    let server_ca = CertificateAuthority::generate("test-server-ca").unwrap();
+    let client_ca = CertificateAuthority::generate("test-client-ca").unwrap();
+    let pki = pki_from(server_ca, &client_ca);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let runtime_dir = tempfile::tempdir().unwrap();
+    let config = ServerConfig {
+        listen: listener.local_addr().unwrap(),
+        serving: k3rs::pki::live::LiveCert::new(&pki.serving).unwrap(),
+        client_ca_pem: pki.client_ca_pem.clone(),
+        cri_endpoint: runtime_dir.path().join("no-runtime.sock"),
+        pod_log_dir: runtime_dir.path().to_path_buf(),
+    };
+    tokio::spawn(async move {
+        if let Err(e) = serve_on(listener, config).await {
+            panic!("kubelet server: {e:#}");
+        }
+    });
+    let anonymous = client_tls(&pki, None);
+    let mut held = Vec::new();
+    for i in 0..300 {
+        let mut conn = connect(port, &anonymous).await;
+        let partial = format!("GET /pods HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow-{i}: ");
+        conn.write_all(partial.as_bytes()).await.unwrap();
+        conn.flush().await.unwrap();
+        held.push(conn);
+    }
+    let opened = Instant::now();
+    let apiserver = client_tls(&pki, Some(&pki.apiserver));
+    for _ in 0..3 {
+        let started = Instant::now();
+        let (status, body) = get(port, &apiserver, "/healthz").await;
+        assert_eq!((status, body.as_str()), (200, "ok"));
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "/healthz took {:?} under a slowloris",
+            started.elapsed()
+        );
+    }
+    let mut first = held.swap_remove(0);
+    let mut buf = [0u8; 64];
+    let ended = tokio::time::timeout(Duration::from_secs(45), first.read(&mut buf)).await;
+    assert!(
+        matches!(ended, Ok(Ok(0)) | Ok(Err(_))),
+        "a connection with unfinished headers was still open after {:?}",
+        opened.elapsed()
+    );
+    assert!(
+        opened.elapsed() >= Duration::from_secs(20),
+        "closed too early: {:?}",
+        opened.elapsed()
+    );
+}

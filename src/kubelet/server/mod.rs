@@ -54,6 +54,11 @@ struct State {
     cpu: stats::CpuSampler,
 }
 
+/// How long a client may take to send a request's headers (kube-apiserver's and the
+/// kubelet's 32 s in Go's `ReadHeaderTimeout`); an anonymous client can open a TLS
+/// connection before it is refused, so this bounds what it can hold.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
+
 /// Binds and serves until the task is dropped or the listener fails.
 pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen)
@@ -107,7 +112,14 @@ pub async fn serve_on(listener: TcpListener, config: ServerConfig) -> anyhow::Re
                 let user = user.clone();
                 async move { Ok::<_, Infallible>(dispatch(&state, user.as_deref(), req).await) }
             });
-            if let Err(e) = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            // Slowloris: as on the API server, a client gets HEADER_READ_TIMEOUT to send a
+            // request's headers, which also ends an idle HTTP/1.1 keep-alive connection.
+            builder
+                .http1()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT);
+            if let Err(e) = builder
                 .serve_connection_with_upgrades(TokioIo::new(tls), service)
                 .await
             {
