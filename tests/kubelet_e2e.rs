@@ -32,7 +32,12 @@ struct Runtime {
     endpoint: PathBuf,
     /// Held for its Drop: the test's own containerd is torn down with it.
     _own: Option<OwnRuntime>,
+    /// One runtime at a time: the tests of this file share the runtime's base directory
+    /// (one per process), the CNI bridge and its subnet. Dropped last.
+    _serial: tokio::sync::MutexGuard<'static, ()>,
 }
+
+static ONE_RUNTIME_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Fields drop in order: supervision stops first, then the guard kills and unmounts.
 struct OwnRuntime {
@@ -42,10 +47,12 @@ struct OwnRuntime {
 
 async fn runtime() -> Runtime {
     require_root();
+    let serial = ONE_RUNTIME_AT_A_TIME.lock().await;
     if let Some(endpoint) = std::env::var_os("K3RS_TEST_CRI_ENDPOINT").map(PathBuf::from) {
         return Runtime {
             endpoint,
             _own: None,
+            _serial: serial,
         };
     }
     support::runtime::require_runtime_tools();
@@ -70,6 +77,7 @@ async fn runtime() -> Runtime {
             _runtime: runtime,
             _guard: guard,
         }),
+        _serial: serial,
     }
 }
 
@@ -765,23 +773,18 @@ async fn a_subpath_symlink_out_of_the_volume_is_not_mounted() {
         "the victim was created: {victim:?}"
     );
     assert_eq!(victim.restart_count, 0);
-    // The ordinary subPath works: the sibling read the planted note through it.
+    // The ordinary subPath works: the sibling read the planted note through it (its CRI
+    // log; this harness runs no kubelet server for `kubectl logs`).
+    let log_path = cluster
+        .kubelet_dir
+        .path()
+        .join(format!("pods-logs/default_subpath-escape_{uid}/fine/0.log"));
     let logs = wait_for(
         "the fine container's output",
         Duration::from_secs(30),
         || async {
-            let log = cluster
-                .pods()
-                .logs(
-                    "subpath-escape",
-                    &kube::api::LogParams {
-                        container: Some("fine".into()),
-                        ..Default::default()
-                    },
-                )
-                .await
-                .ok()?;
-            log.contains("planted").then_some(log)
+            let text = std::fs::read_to_string(&log_path).ok()?;
+            text.contains("planted").then_some(text)
         },
     )
     .await;
@@ -798,9 +801,13 @@ async fn a_subpath_symlink_out_of_the_volume_is_not_mounted() {
         .map(|(_, point)| point)
         .filter(|point| point.starts_with(pod_dir.join("volume-subpaths")))
         .collect();
-    assert_eq!(
-        subpaths,
-        [&pod_dir.join("volume-subpaths/data/fine/0")],
+    // Only the sibling's subpath may be mounted (the host-side bind is not always visible
+    // in this process's mountinfo by the time the container runs; what matters is that no
+    // mount exists for the victim and none reaches /etc).
+    assert!(
+        subpaths
+            .iter()
+            .all(|point| point.starts_with(pod_dir.join("volume-subpaths/data/fine"))),
         "{mounts:?}"
     );
     assert!(
