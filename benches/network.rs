@@ -214,6 +214,7 @@ async fn dns_rate(services: usize, duration: Duration) -> DnsRates {
         listen: vec![listen],
         domain: "cluster.local".into(),
         upstreams: vec![],
+        recursion_for: vec![],
     });
     let _servers = dns::serve(config, Arc::new(dns::Shared::new(view)))
         .await

@@ -147,6 +147,7 @@ async fn cluster_dns_answers_from_services_and_forwards_the_rest() {
             listen: vec![listen],
             domain: "cluster.local".into(),
             upstreams: vec![upstream],
+            recursion_for: vec!["127.0.0.0/8".parse().expect("cidr")],
         },
     ));
 
@@ -355,4 +356,255 @@ fn reply_ip(output: &str) -> String {
         .and_then(|rest| rest.lines().find_map(|l| l.trim().strip_prefix("Address:")))
         .map(|a| a.trim().to_string())
         .unwrap_or_default()
+}
+
+/// A counting upstream on loopback: answers `www.example.test` with one A record and
+/// `big.example.test` with 60 (larger than 512 bytes), NXDOMAIN for the rest.
+fn counting_upstream(queries: Arc<std::sync::atomic::AtomicUsize>) -> SocketAddr {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind the upstream");
+    let addr = socket.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok((len, peer)) = socket.recv_from(&mut buf) {
+            queries.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let Ok(query) = Message::parse(&buf[..len]) else {
+                continue;
+            };
+            let name = query.questions[0].name.trim_end_matches('.').to_lowercase();
+            let count = match name.as_str() {
+                "www.example.test" => 1,
+                "big.example.test" => 60,
+                _ => 0,
+            };
+            let rcode = if count == 0 {
+                wire::RCODE_NXDOMAIN
+            } else {
+                wire::RCODE_NOERROR
+            };
+            let mut reply = query.response(rcode);
+            reply.additional.clear();
+            for i in 0..count {
+                reply.answers.push(wire::Record {
+                    name: name.clone(),
+                    class: 1,
+                    ttl: 60,
+                    data: RData::A(std::net::Ipv4Addr::new(192, 0, 2, i as u8)),
+                });
+            }
+            let _ = socket.send_to(&reply.to_bytes(), peer);
+        }
+    });
+    addr
+}
+
+/// Starts `k3rs::dns::serve` on a loopback port free for UDP and TCP, forwarding for
+/// 127.0.0.1 only, with one Service in the view.
+async fn serve_dns(upstream: SocketAddr) -> SocketAddr {
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"namespace": "default", "name": "web"},
+        "spec": {"clusterIP": "10.43.0.20"}
+    }))
+    .expect("svc");
+    let view = k3rs::dns::View::build("cluster.local", &[svc], &[], 1);
+    for _ in 0..100 {
+        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let config = k3rs::dns::Config {
+            listen: vec![listen],
+            domain: "cluster.local".into(),
+            upstreams: vec![upstream],
+            recursion_for: vec!["127.0.0.1/32".parse().expect("cidr")],
+        };
+        if k3rs::dns::serve(
+            Arc::new(config),
+            Arc::new(k3rs::dns::Shared::new(view.clone())),
+        )
+        .await
+        .is_ok()
+        {
+            return listen;
+        }
+    }
+    panic!("no loopback port free for UDP and TCP");
+}
+
+async fn ask_from(source: &str, server: SocketAddr, query: &[u8]) -> Vec<u8> {
+    let socket = UdpSocket::bind(source).await.expect("bind the client");
+    socket.send_to(query, server).await.expect("send");
+    let mut buf = [0u8; 4096];
+    let (len, _) = tokio::time::timeout(Duration::from_secs(5), socket.recv_from(&mut buf))
+        .await
+        .expect("an answer within 5 s")
+        .expect("recv");
+    buf[..len].to_vec()
+}
+
+/// Issue 25 item 7: on a node address (public on a VPS) the DNS server answers cluster
+/// names to anyone but forwards only for the pod network and the node itself — 10,000
+/// queries for outside names from elsewhere are all REFUSED and none reaches the upstream;
+/// forwarded answers are cut to the client's UDP size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_is_not_an_open_resolver_and_truncates_forwarded_answers() {
+    let upstream_queries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let upstream = counting_upstream(upstream_queries.clone());
+    let listen = serve_dns(upstream).await;
+
+    // From 127.0.0.2 (not in recursion_for): cluster names yes, everything else REFUSED.
+    let socket = UdpSocket::bind("127.0.0.2:0")
+        .await
+        .expect("bind 127.0.0.2");
+    let mut buf = [0u8; 4096];
+    let mut refused = 0;
+    for i in 0..10_000u16 {
+        let name = format!("q{i}.example.test");
+        socket
+            .send_to(&query_bytes(i, &name, wire::TYPE_A), listen)
+            .await
+            .expect("send");
+        let (len, _) = tokio::time::timeout(Duration::from_secs(5), socket.recv_from(&mut buf))
+            .await
+            .expect("an answer within 5 s")
+            .expect("recv");
+        let reply = Message::parse(&buf[..len]).expect("parse");
+        assert_eq!(reply.id, i);
+        if reply.rcode() == wire::RCODE_REFUSED {
+            refused += 1;
+        }
+    }
+    assert_eq!(
+        refused, 10_000,
+        "every outside name refused to a non-pod source"
+    );
+    let reply = ask_from(
+        "127.0.0.2:0",
+        listen,
+        &query_bytes(1, "web.default.svc.cluster.local", wire::TYPE_A),
+    )
+    .await;
+    let reply = Message::parse(&reply).expect("parse");
+    assert_eq!(
+        (reply.rcode(), reply.answers.len()),
+        (wire::RCODE_NOERROR, 1),
+        "cluster names are answered to anyone"
+    );
+    assert_eq!(
+        upstream_queries.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no refused query reached the upstream"
+    );
+
+    // From 127.0.0.1 (the node itself): forwarded.
+    let reply = ask_from(
+        "127.0.0.1:0",
+        listen,
+        &query_bytes(2, "www.example.test", wire::TYPE_A),
+    )
+    .await;
+    let reply = Message::parse(&reply).expect("parse");
+    assert_eq!(
+        reply.answers[0].data,
+        RData::A("192.0.2.0".parse().expect("ip"))
+    );
+    // A forwarded answer larger than the client's 512 bytes (no EDNS) is truncated: TC set.
+    let raw = ask_from(
+        "127.0.0.1:0",
+        listen,
+        &query_bytes(3, "big.example.test", wire::TYPE_A),
+    )
+    .await;
+    assert!(raw.len() <= wire::UDP_LIMIT, "{} bytes", raw.len());
+    let reply = Message::parse(&raw).expect("parse");
+    assert!(reply.truncated(), "TC set on a cut answer");
+    assert!(reply.answers.len() < 60);
+    // A client that says (EDNS) it takes 4096 bytes gets the whole answer.
+    let mut query = wire::query(4, "big.example.test", wire::TYPE_A);
+    query.additional.push(wire::Record {
+        name: String::new(),
+        class: 4096,
+        ttl: 0,
+        data: RData::Raw(wire::TYPE_OPT, Vec::new()),
+    });
+    let raw = ask_from("127.0.0.1:0", listen, &query.to_bytes()).await;
+    let reply = Message::parse(&raw).expect("parse");
+    assert!(!reply.truncated());
+    assert_eq!(reply.answers.len(), 60);
+}
+
+/// Issue 25 item 7: forwarding is bounded — against an upstream that never answers, the
+/// queries beyond MAX_CONCURRENT_FORWARDS are REFUSED at once instead of each holding a
+/// task and a socket; TCP clients beyond MAX_TCP_CONNECTIONS are closed at once, and the
+/// server still answers afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_bounds_upstream_queries_and_tcp_clients() {
+    // A black hole: bound, never read.
+    let black_hole = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let listen = serve_dns(black_hole.local_addr().expect("addr")).await;
+
+    let extra = 300;
+    let total = k3rs::dns::MAX_CONCURRENT_FORWARDS + extra;
+    let socket = Arc::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind"));
+    let started = Instant::now();
+    // Read while sending, so the client's own receive buffer does not drop replies.
+    let receiver = socket.clone();
+    let refused_early = tokio::spawn(async move {
+        let mut buf = [0u8; 4096];
+        let mut refused_early = 0;
+        while let Ok(Ok((len, _))) =
+            tokio::time::timeout(Duration::from_millis(1500), receiver.recv_from(&mut buf)).await
+        {
+            let reply = Message::parse(&buf[..len]).expect("parse");
+            if reply.rcode() == wire::RCODE_REFUSED
+                && started.elapsed() < Duration::from_millis(1900)
+            {
+                refused_early += 1;
+            }
+        }
+        refused_early
+    });
+    for i in 0..total {
+        socket
+            .send_to(
+                &query_bytes(i as u16, &format!("q{i}.example.test"), wire::TYPE_A),
+                listen,
+            )
+            .await
+            .expect("send");
+        if i % 100 == 99 {
+            // Let the server drain its receive buffer.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let refused_early = refused_early.await.expect("receiver");
+    assert!(
+        refused_early >= extra * 9 / 10,
+        "only {refused_early} of the {extra} queries over the limit were refused at once"
+    );
+
+    // TCP: hold MAX_TCP_CONNECTIONS idle clients; the ones beyond are closed at once.
+    let mut held = Vec::new();
+    for _ in 0..k3rs::dns::MAX_TCP_CONNECTIONS {
+        held.push(
+            tokio::net::TcpStream::connect(listen)
+                .await
+                .expect("connect"),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut over = tokio::net::TcpStream::connect(listen)
+        .await
+        .expect("connect");
+    let mut byte = [0u8; 1];
+    let closed = tokio::time::timeout(Duration::from_secs(2), over.read(&mut byte)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "a client over the TCP limit is closed at once: {closed:?}"
+    );
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let reply = ask_tcp(listen, "web.default.svc.cluster.local", wire::TYPE_A).await;
+    assert_eq!(
+        reply.answers.len(),
+        1,
+        "TCP answers again once clients left"
+    );
+    drop(black_hole);
 }

@@ -803,6 +803,15 @@ async fn websocket_tunnel(stream: Tls) -> tokio::io::DuplexStream {
 }
 
 async fn start_kubelet_server(containerd: &Containerd, pki: &Pki, log_root: &Path) -> u16 {
+    start_kubelet_server_with(containerd, pki, log_root, None).await
+}
+
+async fn start_kubelet_server_with(
+    containerd: &Containerd,
+    pki: &Pki,
+    log_root: &Path,
+    stream_idle_timeout: Option<Duration>,
+) -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let config = ServerConfig {
@@ -811,6 +820,7 @@ async fn start_kubelet_server(containerd: &Containerd, pki: &Pki, log_root: &Pat
         client_ca_pem: pki.client_ca_pem.clone(),
         cri_endpoint: containerd.socket.clone(),
         pod_log_dir: log_root.to_path_buf(),
+        stream_idle_timeout,
     };
     tokio::spawn(async move {
         if let Err(e) = serve_on(listener, config).await {
@@ -1053,6 +1063,83 @@ async fn kubelet_server_serves_logs_exec_and_port_forward_from_containerd() {
         pod["memory"]["workingSetBytes"].as_u64().unwrap() > 0,
         "{pod}"
     );
+
+    // streaming-connection-idle-timeout: a kubelet server with a 2 s timeout closes an exec
+    // that moves no bytes (cat waiting on an open stdin), over WebSocket and SPDY, but not
+    // one that keeps printing for longer than the timeout.
+    let idle_port =
+        start_kubelet_server_with(&containerd, &pki, logs.path(), Some(Duration::from_secs(2)))
+            .await;
+    let path = format!(
+        "/exec/default/web/logger?{}",
+        command_query(
+            &[
+                "sh",
+                "-c",
+                "for i in 1 2 3 4 5 6 7 8 9 10; do echo $i; sleep 0.5; done"
+            ],
+            ""
+        )
+    );
+    let started = Instant::now();
+    let outcome = exec_websocket(idle_port, &apiserver, &path, None).await;
+    assert_eq!(outcome.exit_code(), 0, "a busy stream runs to its end");
+    assert!(outcome.stdout.ends_with("10\n"), "{:?}", outcome.stdout);
+    assert!(started.elapsed() >= Duration::from_secs(4));
+    let idle_path = format!(
+        "/exec/default/web/logger?{}",
+        command_query(&["cat"], "stdin=1")
+    );
+    for spdy_mode in [false, true] {
+        let headers: &[(&str, &str)] = if spdy_mode {
+            &[
+                ("Connection", "Upgrade"),
+                ("Upgrade", "SPDY/3.1"),
+                ("X-Stream-Protocol-Version", "v4.channel.k8s.io"),
+                ("Content-Length", "0"),
+            ]
+        } else {
+            &[
+                ("Connection", "Upgrade"),
+                ("Upgrade", "websocket"),
+                ("Sec-WebSocket-Version", "13"),
+                ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                ("Sec-WebSocket-Protocol", "v5.channel.k8s.io"),
+            ]
+        };
+        let method = if spdy_mode { "POST" } else { "GET" };
+        let (status, head, mut stream) =
+            request_head(idle_port, &apiserver, method, &idle_path, headers).await;
+        assert_eq!(status, 101, "{head}");
+        if spdy_mode {
+            let mut encoder = spdy::Encoder::new();
+            let mut open = Vec::new();
+            for (id, kind) in [(1, "error"), (3, "stdin"), (5, "stdout"), (7, "stderr")] {
+                open.extend(
+                    encoder
+                        .syn_stream(id, &[("streamtype", kind)], false)
+                        .unwrap(),
+                );
+            }
+            stream.write_all(&open).await.unwrap();
+        }
+        // Read until the server closes; the stream must end between 2 and 10 s.
+        let started = Instant::now();
+        let mut buffer = [0u8; 4096];
+        loop {
+            let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buffer))
+                .await
+                .expect("the idle stream is closed within 10 s");
+            if matches!(read, Ok(0) | Err(_)) {
+                break;
+            }
+        }
+        let idle_for = started.elapsed();
+        assert!(
+            idle_for >= Duration::from_millis(1500),
+            "closed after {idle_for:?}, before the timeout (spdy: {spdy_mode})"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1403,6 +1490,7 @@ async fn kubelet_server_survives_a_slowloris() {
         client_ca_pem: pki.client_ca_pem.clone(),
         cri_endpoint: runtime_dir.path().join("no-runtime.sock"),
         pod_log_dir: runtime_dir.path().to_path_buf(),
+        stream_idle_timeout: None,
     };
     tokio::spawn(async move {
         if let Err(e) = serve_on(listener, config).await {

@@ -365,6 +365,8 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
         client_ca_pem: credentials.client_ca_pem.clone(),
         cri_endpoint: cri_endpoint.clone(),
         pod_log_dir: options.pod_log_dir.clone(),
+        stream_idle_timeout: Some(options.node.kubelet.streaming_connection_idle_timeout)
+            .filter(|t| !t.is_zero()),
     };
     tokio::spawn(async move {
         if let Err(e) = crate::kubelet::server::serve(server_config).await {
@@ -423,6 +425,10 @@ pub async fn run(options: AgentOptions, notifier: Arc<Notifier>) -> anyhow::Resu
                 .collect(),
             domain: options.cluster_domain.clone(),
             upstreams,
+            recursion_for: crate::dns::Config::recursion_networks(
+                &options.cluster_cidrs,
+                &node_ips,
+            ),
         };
         let dns_client = client.clone();
         crate::panics::supervise("dns", move || {

@@ -22,6 +22,7 @@ pub const RCODE_FORMERR: u8 = 1;
 pub const RCODE_SERVFAIL: u8 = 2;
 pub const RCODE_NXDOMAIN: u8 = 3;
 pub const RCODE_NOTIMP: u8 = 4;
+pub const RCODE_REFUSED: u8 = 5;
 
 /// The classic UDP payload limit without EDNS.
 pub const UDP_LIMIT: usize = 512;

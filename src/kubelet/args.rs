@@ -12,6 +12,7 @@
 //! | `eviction-hard` | `memory.available<100Mi,nodefs.available<10%` | pressure thresholds |
 //! | `pod-infra-container-image` | `--pause-image` | the sandbox image image GC never removes |
 //! | `serialize-image-pulls` | true | pull one image at a time |
+//! | `streaming-connection-idle-timeout` | 4h | exec/attach/port-forward streams with no bytes either way for this long are closed (0: never, which CIS 4.2.5 fails) |
 //!
 //! Anything else is refused with a message naming the flag, so a typo is not silently ignored.
 
@@ -68,6 +69,7 @@ const SUPPORTED: &[&str] = &[
     "eviction-hard",
     "pod-infra-container-image",
     "serialize-image-pulls",
+    "streaming-connection-idle-timeout",
 ];
 
 /// The sandbox image the agent builds and configures containerd with (the agent contract).
@@ -91,6 +93,8 @@ pub struct KubeletArgs {
     pub pod_infra_container_image: Option<String>,
     /// Pull one image at a time (the kubelet's default).
     pub serialize_image_pulls: bool,
+    /// Exec/attach/port-forward streams idle this long are closed; zero never closes them.
+    pub streaming_connection_idle_timeout: Duration,
 }
 
 impl Default for KubeletArgs {
@@ -107,6 +111,7 @@ impl Default for KubeletArgs {
             eviction_nodefs_available_percent: 10,
             pod_infra_container_image: Some(DEFAULT_PAUSE_IMAGE.to_string()),
             serialize_image_pulls: true,
+            streaming_connection_idle_timeout: Duration::from_secs(4 * 3600),
         }
     }
 }
@@ -172,6 +177,10 @@ impl KubeletArgs {
                             _ => return Err(bad("only cpu, memory, ephemeral-storage and pid")),
                         }
                     }
+                }
+                "streaming-connection-idle-timeout" => {
+                    out.streaming_connection_idle_timeout =
+                        parse_duration(value).ok_or_else(|| bad("not a duration like 4h0m0s"))?
                 }
                 "serialize-image-pulls" => {
                     out.serialize_image_pulls = match value {
@@ -314,6 +323,17 @@ mod tests {
         assert_eq!(args.reserved_memory_bytes, 256 * 1024 * 1024);
         assert_eq!(args.eviction_memory_available_bytes, 200 * 1024 * 1024);
         assert_eq!(args.eviction_nodefs_available_percent, 5);
+        assert_eq!(
+            args.streaming_connection_idle_timeout,
+            Duration::from_secs(4 * 3600),
+            "the kubelet's 4h default"
+        );
+        let args = KubeletArgs::parse(&["streaming-connection-idle-timeout=5m30s"]).unwrap();
+        assert_eq!(
+            args.streaming_connection_idle_timeout,
+            Duration::from_secs(330)
+        );
+        assert!(KubeletArgs::parse(&["streaming-connection-idle-timeout=forever"]).is_err());
         let defaults = KubeletArgs {
             pod_infra_container_image: Some("registry.local/pause:9".into()),
             ..KubeletArgs::default()

@@ -6,6 +6,7 @@
 //!
 //! Pure protocol code: it may not touch the store, the API server's state or CRI.
 
+pub mod idle;
 pub mod spdy;
 pub mod upgrade;
 pub mod websocket;

@@ -45,6 +45,9 @@ pub struct ServerConfig {
     pub cri_endpoint: PathBuf,
     /// Root of the pod log tree (`/var/log/pods`), used when CRI reports no log path.
     pub pod_log_dir: PathBuf,
+    /// `--kubelet-arg streaming-connection-idle-timeout`: exec/attach/port-forward streams
+    /// with no bytes either way for this long are closed (`None`: never).
+    pub stream_idle_timeout: Option<Duration>,
 }
 
 struct State {
@@ -52,6 +55,7 @@ struct State {
     pod_log_dir: PathBuf,
     node_name: String,
     cpu: stats::CpuSampler,
+    stream_idle_timeout: Option<Duration>,
 }
 
 /// How long a client may take to send a request's headers (kube-apiserver's and the
@@ -76,6 +80,7 @@ pub async fn serve_on(listener: TcpListener, config: ServerConfig) -> anyhow::Re
         pod_log_dir: config.pod_log_dir.clone(),
         node_name: node_name_of(&config.serving.issued().cert_pem).unwrap_or_else(hostname),
         cpu: stats::CpuSampler::default(),
+        stream_idle_timeout: config.stream_idle_timeout,
     });
     tracing::info!(address = %listener.local_addr().map_or(config.listen, |a| a), "kubelet server listening");
     loop {
@@ -259,7 +264,16 @@ async fn dispatch(state: &State, user: Option<&str>, req: Request<Incoming>) -> 
                 stream::Kind::Attach
             };
             match target.apply_query(&pairs) {
-                Ok(()) => stream::serve(req, state.runtime.clone(), target, kind).await,
+                Ok(()) => {
+                    stream::serve(
+                        req,
+                        state.runtime.clone(),
+                        target,
+                        kind,
+                        state.stream_idle_timeout,
+                    )
+                    .await
+                }
                 Err(e) => text(StatusCode::BAD_REQUEST, e),
             }
         }
@@ -276,6 +290,7 @@ async fn dispatch(state: &State, user: Option<&str>, req: Request<Incoming>) -> 
                         state.runtime.clone(),
                         target,
                         stream::Kind::PortForward,
+                        state.stream_idle_timeout,
                     )
                     .await
                 }

@@ -9,6 +9,9 @@
 //! * WebSocket `SPDY/3.1+portforward.k8s.io` (port-forward, kubectl ≥ 1.31): binary messages
 //!   carry SPDY frames; unwrapped into a byte stream towards the stream server's SPDY.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use axum::body::Body;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
@@ -18,7 +21,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::cri::{self as lookup, Runtime};
 use super::text;
 use crate::streaming::upgrade::{self, Answer, Upgraded};
-use crate::streaming::{self, channel, spdy, websocket};
+use crate::streaming::{self, channel, idle, spdy, websocket};
+
+/// The connection to the runtime's stream server, stamped for idle detection.
+type Backend = idle::Tracked<Upgraded>;
 
 /// Which streaming endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,12 +133,14 @@ fn mode(headers: &http::HeaderMap, kind: Kind) -> Result<Mode, Box<Response<Body
     )))
 }
 
-/// Serves one exec/attach/port-forward request.
+/// Serves one exec/attach/port-forward request; the relay is dropped (both connections
+/// closed) once no bytes have moved either way for `idle_timeout`.
 pub async fn serve(
     mut req: Request<Incoming>,
     mut runtime: Runtime,
     target: StreamTarget,
     kind: Kind,
+    idle_timeout: Option<Duration>,
 ) -> Response<Body> {
     let mode = match mode(req.headers(), kind) {
         Ok(m) => m,
@@ -176,6 +184,9 @@ pub async fn serve(
             );
         }
     };
+    // Every byte either way crosses the backend connection, so stamping it is enough.
+    let activity = Arc::new(idle::Activity::default());
+    let backend = idle::Tracked::new(backend, activity.clone());
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let headers = response.headers_mut();
@@ -192,7 +203,11 @@ pub async fn serve(
                 };
                 let mut client = hyper_util::rt::TokioIo::new(client);
                 let mut backend = backend;
-                let _ = tokio::io::copy_bidirectional(&mut client, &mut backend).await;
+                let relay = async {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut backend).await;
+                    Ok(())
+                };
+                let _ = until_idle(relay, &activity, idle_timeout, kind).await;
             });
         }
         Mode::WebSocket { key, protocol } => {
@@ -206,18 +221,40 @@ pub async fn serve(
                     return;
                 };
                 let client = hyper_util::rt::TokioIo::new(client);
-                let result = if kind == Kind::PortForward {
-                    tunnel_port_forward(client, backend).await
-                } else {
-                    bridge_remote_command(client, backend, &target).await
+                let relay = async {
+                    if kind == Kind::PortForward {
+                        tunnel_port_forward(client, backend).await
+                    } else {
+                        bridge_remote_command(client, backend, &target).await
+                    }
                 };
-                if let Err(e) = result {
+                if let Err(e) = until_idle(relay, &activity, idle_timeout, kind).await {
                     tracing::debug!(error = %e, kind = kind.name(), "stream ended with an error");
                 }
             });
         }
     }
     response
+}
+
+/// Runs `relay` to its end, or until no bytes have moved for `idle_timeout`: then the
+/// relay is dropped, which closes both connections.
+async fn until_idle(
+    relay: impl std::future::Future<Output = Result<(), BridgeError>>,
+    activity: &idle::Activity,
+    idle_timeout: Option<Duration>,
+    kind: Kind,
+) -> Result<(), BridgeError> {
+    let Some(timeout) = idle_timeout.filter(|t| !t.is_zero()) else {
+        return relay.await;
+    };
+    tokio::select! {
+        result = relay => result,
+        () = activity.idle_for(timeout) => {
+            tracing::info!(kind = kind.name(), ?timeout, "closing an idle stream (streaming-connection-idle-timeout)");
+            Ok(())
+        }
+    }
 }
 
 async fn streaming_url(
@@ -372,7 +409,7 @@ pub enum BridgeError {
 /// WebSocket v4/v5 remote command ⇄ SPDY v4 remote command.
 async fn bridge_remote_command(
     client: Upgraded,
-    backend: Upgraded,
+    backend: Backend,
     target: &StreamTarget,
 ) -> Result<(), BridgeError> {
     let (mut ws_rx, ws_tx) = websocket::server(client);
@@ -507,7 +544,7 @@ async fn bridge_remote_command(
 }
 
 /// WebSocket-tunnelled SPDY (port-forward) ⇄ the stream server's SPDY.
-async fn tunnel_port_forward(client: Upgraded, backend: Upgraded) -> Result<(), BridgeError> {
+async fn tunnel_port_forward(client: Upgraded, backend: Backend) -> Result<(), BridgeError> {
     let (mut ws_rx, ws_tx) = websocket::server(client);
     let (mut backend_rx, mut backend_tx) = tokio::io::split(backend);
     let up = async move {
