@@ -754,3 +754,170 @@ async fn large_deployment_creates_all_pods() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(pods(&client, "big").await.len(), replicas as usize);
 }
+
+/// The PersistentVolume binder against the real server: a claim binds to the smallest
+/// volume that fits (both Bound, `kubectl get pv,pvc` shows it), the protection
+/// finalizers, a deleted claim kept while a pod uses it and released after, the volume
+/// then `Released` (Retain), a claim without a class given the default class, and a
+/// `WaitForFirstConsumer` claim left waiting with its event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_volume_binder_binds_protects_and_releases() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let server = Server::start();
+    let client = server.client().await;
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    for (name, size) in [("pv-small", "1Gi"), ("pv-big", "5Gi")] {
+        let pv: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                     "storageClassName": "manual", "hostPath": {"path": format!("/tmp/{name}")}}
+        }))
+        .expect("pv");
+        volumes
+            .create(&PostParams::default(), &pv)
+            .await
+            .expect("create pv");
+    }
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "manual",
+                 "resources": {"requests": {"storage": "512Mi"}}}
+    }))
+    .expect("pvc");
+    claims
+        .create(&PostParams::default(), &pvc)
+        .await
+        .expect("create pvc");
+    let bound = wait_for("the claim to be Bound", TIMEOUT, || async {
+        let c = claims.get("data").await.ok()?;
+        (c.status.as_ref()?.phase.as_deref() == Some("Bound")).then_some(c)
+    })
+    .await;
+    assert_eq!(
+        bound.spec.as_ref().and_then(|s| s.volume_name.as_deref()),
+        Some("pv-small")
+    );
+    assert_eq!(
+        bound
+            .status
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| c.get("storage"))
+            .map(|q| q.0.as_str()),
+        Some("1Gi")
+    );
+    assert!(
+        bound
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "kubernetes.io/pvc-protection")
+    );
+    let pv = wait_for("the volume to be Bound", TIMEOUT, || async {
+        let v = volumes.get("pv-small").await.ok()?;
+        (v.status.as_ref()?.phase.as_deref() == Some("Bound")).then_some(v)
+    })
+    .await;
+    assert_eq!(
+        pv.spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .and_then(|r| r.uid.clone()),
+        bound.metadata.uid
+    );
+    assert!(
+        pv.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "kubernetes.io/pv-protection")
+    );
+    let big = volumes.get("pv-big").await.expect("pv-big");
+    assert_eq!(
+        big.status.and_then(|s| s.phase).as_deref(),
+        Some("Available")
+    );
+    let table = server.kubectl_ok(&["get", "pvc", "data"]);
+    assert!(
+        table.contains("Bound") && table.contains("pv-small"),
+        "{table}"
+    );
+
+    // pvc-protection: a pod uses the claim, so deleting it leaves it Terminating.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "user"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+    claims
+        .delete("data", &DeleteParams::default())
+        .await
+        .expect("delete pvc");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = claims.get("data").await.expect("the claim is still there");
+    assert!(held.metadata.deletion_timestamp.is_some());
+    pods.delete(
+        "user",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("delete pod");
+    wait_for("the claim to go once no pod uses it", TIMEOUT, || async {
+        claims.get_opt("data").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    wait_for("the volume to be Released", TIMEOUT, || async {
+        let v = volumes.get("pv-small").await.ok()?;
+        (v.status.as_ref()?.phase.as_deref() == Some("Released")).then_some(())
+    })
+    .await;
+
+    // A default class is given to a claim without one; WaitForFirstConsumer waits.
+    let sc: k8s_openapi::api::storage::v1::StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": "later", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer"
+    }))
+    .expect("class");
+    Api::<k8s_openapi::api::storage::v1::StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &sc)
+        .await
+        .expect("create class");
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "waits"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    }))
+    .expect("pvc");
+    claims
+        .create(&PostParams::default(), &pvc)
+        .await
+        .expect("create pvc");
+    wait_for("the default class on the claim", TIMEOUT, || async {
+        let c = claims.get("waits").await.ok()?;
+        (c.spec?.storage_class_name.as_deref() == Some("later")).then_some(())
+    })
+    .await;
+    wait_for("the WaitForFirstConsumer event", TIMEOUT, || async {
+        let events = events(&client, "WaitForFirstConsumer").await;
+        events
+            .iter()
+            .any(|e| e.involved_object.name.as_deref() == Some("waits"))
+            .then_some(())
+    })
+    .await;
+    let waiting = claims.get("waits").await.expect("claim");
+    assert_eq!(
+        waiting.status.and_then(|s| s.phase).as_deref(),
+        Some("Pending")
+    );
+}

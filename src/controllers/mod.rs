@@ -18,7 +18,8 @@
 //! heartbeats, Unknown conditions, not-ready/unreachable taints, NodeNotReady),
 //! taint-based eviction (NoExecute taints vs tolerations and tolerationSeconds),
 //! node IPAM (a pod CIDR per node from `--cluster-cidr`) and pod GC (terminated pods
-//! over a threshold, pods of nodes that are gone). ServiceLB (`servicelb.rs`, LoadBalancer
+//! over a threshold, pods of nodes that are gone), and the PersistentVolume binder with
+//! pvc/pv-protection (`persistentvolume.rs`). ServiceLB (`servicelb.rs`, LoadBalancer
 //! status from node addresses) is started by the server unless `--disable=servicelb`.
 //! `workload.rs` holds what the
 //! workload controllers share; `events.rs` the event recorder. [`Config`] carries the
@@ -35,6 +36,7 @@ pub mod job;
 pub mod namespace;
 pub mod node_ipam;
 pub mod node_lifecycle;
+pub mod persistentvolume;
 pub mod pod_gc;
 pub mod pods;
 pub mod replicaset;
@@ -139,6 +141,7 @@ pub async fn run(client: kube::Client, config: Config) {
     with_pods!("endpointslice", endpointslice::run);
     with_client!("serviceaccount", serviceaccount::run);
     with_client!("garbage-collector", garbage_collector::run);
+    with_client!("persistentvolume", persistentvolume::run);
     with_config!("node-lifecycle", node_lifecycle::run);
     with_pods!("taint-eviction", taint_eviction::run);
     {
