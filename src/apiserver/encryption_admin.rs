@@ -325,6 +325,9 @@ fn internal(message: impl Into<String>) -> ApiError {
     )
 }
 
+/// What the encryption endpoints tell a caller outside `system:masters` it may not do.
+pub const ADMIN_ACTION: &str = "manage secrets encryption";
+
 async fn serve_inner(
     store: &KvStore,
     identity: &Identity,
@@ -332,19 +335,7 @@ async fn serve_inner(
     path: &str,
     body: &[u8],
 ) -> Result<Status, ApiError> {
-    if identity.is_anonymous() {
-        return Err(ApiError::unauthorized());
-    }
-    if !identity.groups.iter().any(|g| g == "system:masters") {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            format!(
-                "User \"{}\" cannot manage secrets encryption: only members of system:masters may",
-                identity.user
-            ),
-        ));
-    }
+    super::authz::require_masters(identity, ADMIN_ACTION)?;
     let Some(current) = store.transformer() else {
         return Err(invalid(
             "secrets encryption is not enabled on this server (start it with --secrets-encryption)",

@@ -916,6 +916,9 @@ async fn dispatch_authenticated(
         }
     };
     if parts.uri.path().starts_with(encryption_admin::API_PREFIX) {
+        if let Err(e) = authz::require_masters(&identity, encryption_admin::ADMIN_ACTION) {
+            return e.into_response();
+        }
         let body = match read_body(body, &parts.method).await {
             Ok(b) => b,
             Err(e) => return e.into_response(),
@@ -930,7 +933,7 @@ async fn dispatch_authenticated(
         .await;
     }
     if parts.uri.path().starts_with(snapshots::API_PREFIX) {
-        if let Err(e) = snapshots::authorize(&identity) {
+        if let Err(e) = authz::require_masters(&identity, snapshots::ADMIN_ACTION) {
             return e.into_response();
         }
         let body = match read_body(body, &parts.method).await {

@@ -294,6 +294,23 @@ pub fn forbidden(who: &Identity, attrs: &Attributes<'_>) -> ApiError {
     }
 }
 
+/// Admits only members of `system:masters`, for the admin-only endpoints outside the REST
+/// API (etcd snapshots, secrets encryption): `401` for an anonymous request, `403` naming
+/// `what` (e.g. "manage etcd snapshots") for anyone else. The API server asks before it reads
+/// a request's body, so an unauthenticated client cannot make it buffer one.
+pub fn require_masters(identity: &Identity, what: &str) -> Result<(), ApiError> {
+    if identity.is_anonymous() {
+        return Err(ApiError::unauthorized());
+    }
+    if !identity.groups.iter().any(|g| g == "system:masters") {
+        return Err(ApiError::forbidden(format!(
+            "User \"{}\" cannot {what}: only members of system:masters may",
+            identity.user
+        )));
+    }
+    Ok(())
+}
+
 /// Applies `Impersonate-User` / `Impersonate-Group` (`kubectl --as`, `--as-group`): the
 /// requester needs `impersonate` on `users`, `groups` or `serviceaccounts` for each, as in
 /// Kubernetes; the request then runs as the impersonated identity.
@@ -395,6 +412,23 @@ mod tests {
             user: name.into(),
             groups: vec!["system:authenticated".into()],
         }
+    }
+
+    #[test]
+    fn only_masters_pass_the_admin_endpoints_check() {
+        let e = require_masters(&Identity::anonymous(), "manage etcd snapshots").unwrap_err();
+        assert_eq!(e.code, axum::http::StatusCode::UNAUTHORIZED);
+        let e = require_masters(&user("alice"), "manage etcd snapshots").unwrap_err();
+        assert_eq!(e.code, axum::http::StatusCode::FORBIDDEN);
+        assert_eq!(
+            e.message,
+            "User \"alice\" cannot manage etcd snapshots: only members of system:masters may"
+        );
+        let admin = Identity {
+            user: "admin".into(),
+            groups: vec!["system:masters".into(), "system:authenticated".into()],
+        };
+        assert!(require_masters(&admin, "manage secrets encryption").is_ok());
     }
 
     #[test]

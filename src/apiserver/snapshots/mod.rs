@@ -727,25 +727,8 @@ impl ScheduleClock {
     }
 }
 
-/// Whether `identity` may use the snapshot endpoints (members of `system:masters` only).
-/// The API server asks before it reads a request's body, so an unauthenticated client
-/// cannot make it buffer one.
-pub fn authorize(identity: &Identity) -> Result<(), ApiError> {
-    if identity.is_anonymous() {
-        return Err(ApiError::unauthorized());
-    }
-    if !identity.groups.iter().any(|g| g == "system:masters") {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            format!(
-                "User \"{}\" cannot manage etcd snapshots: only members of system:masters may",
-                identity.user
-            ),
-        ));
-    }
-    Ok(())
-}
+/// What the snapshot endpoints tell a caller outside `system:masters` it may not do.
+pub const ADMIN_ACTION: &str = "manage etcd snapshots";
 
 /// Serves `/k3rs/v1/etcd-snapshots[...]`: admin (`system:masters`) only.
 pub async fn serve(
@@ -768,7 +751,7 @@ async fn serve_inner(
     path: &str,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    authorize(identity)?;
+    super::authz::require_masters(identity, ADMIN_ACTION)?;
     let Some(manager) = manager else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
