@@ -280,6 +280,57 @@ pub(crate) async fn https_request(
         .map_err(|_| unreachable(format!("no answer within {REQUEST_TIMEOUT:?}")))?
 }
 
+/// The server's CA as `/cacerts` serves it, checked against a join token.
+pub(crate) struct FetchedCa {
+    /// The CA bundle (PEM) exactly as served: what the token's `K10<hash>` part hashes.
+    pub pem: String,
+    /// Its SHA-256 (hex), as in a `K10<hash>::…` token.
+    pub hash: String,
+    /// Whether the token pinned it; `false` when the token has no `K10<hash>` part and the
+    /// CA is trusted on first use (the caller warns).
+    pub pinned: bool,
+    /// The local address the connection came from: the node's address towards the server.
+    pub local_ip: IpAddr,
+}
+
+/// Fetches `/cacerts` without verifying the server (there is nothing to verify it with yet)
+/// and checks its SHA-256 against `expected_hash`, a token's `K10<hash>` part: a mismatch is
+/// refused before anything else is sent. The one place every `K10…` token user (agent join,
+/// `k3rs server --server`, `k3rs token rotate`) pins the CA.
+pub(crate) async fn fetch_ca(
+    server: &ServerAddr,
+    expected_hash: Option<&str>,
+) -> Result<FetchedCa, JoinError> {
+    let reply = https_get(server, insecure_tls()?, "/cacerts", &[]).await?;
+    if reply.status != 200 {
+        return Err(JoinError::Status {
+            url: format!("{}/cacerts", server.url),
+            status: reply.status,
+            message: reply.body.trim().to_string(),
+        });
+    }
+    let hash = pki::ca_hash(reply.body.as_bytes());
+    let pinned = match expected_hash {
+        Some(expected) if expected != hash => {
+            return Err(JoinError::CaMismatch {
+                expected: expected.to_string(),
+                actual: hash,
+            });
+        }
+        Some(_) => {
+            tracing::info!(server = %server.url, "the server's CA matches the token");
+            true
+        }
+        None => false,
+    };
+    Ok(FetchedCa {
+        pem: reply.body,
+        hash,
+        pinned,
+        local_ip: reply.local_ip,
+    })
+}
+
 /// Where the node password lives: `/etc/k3rs/node/password` for an agent with the default
 /// data dir (it survives wiping the data dir, as k3s's `/etc/rancher/node/password` does), and
 /// `<data-dir>/agent/node-password` otherwise (several agents on one host in tests, or a
@@ -356,27 +407,18 @@ pub async fn join(options: &JoinOptions) -> Result<NodeCredentials, JoinError> {
     let server = server_addr(&options.server)?;
 
     // 1. The CA, unverified, then checked against the token.
-    let reply = https_get(&server, insecure_tls()?, "/cacerts", &[]).await?;
-    let reply = expect_ok(reply, &server, "/cacerts", &options.node_name)?;
-    let server_ca_pem = reply.body;
-    let actual = pki::ca_hash(server_ca_pem.as_bytes());
-    match &token.ca_hash {
-        Some(expected) if *expected != actual => {
-            return Err(JoinError::CaMismatch {
-                expected: expected.clone(),
-                actual,
-            });
-        }
-        Some(_) => tracing::info!(server = %server.url, "the server's CA matches the token"),
-        None => tracing::warn!(
+    let ca = fetch_ca(&server, token.ca_hash.as_deref()).await?;
+    if !ca.pinned {
+        tracing::warn!(
             server = %server.url,
             "the token has no K10<CA hash> part: the server's CA is NOT pinned, so this first \
              connection trusts whatever CA the server sends; use the full K10… token (the \
              server's node-token or agent-token file, or `k3rs token create`)"
-        ),
+        );
     }
+    let server_ca_pem = ca.pem;
     let node_ips = if options.node_ips.is_empty() {
-        vec![reply.local_ip]
+        vec![ca.local_ip]
     } else {
         options.node_ips.clone()
     };

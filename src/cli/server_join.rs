@@ -64,38 +64,19 @@ pub async fn fetch_bootstrap(config: &ServerConfig, url: &str) -> anyhow::Result
     )?;
     let parsed = pki::parse_token(token.expose()).context("invalid --token")?;
     let server = wire::server_addr(url)?;
-    let reply = wire::https_request(
-        &server,
-        wire::insecure_tls()?,
-        http::Method::GET,
-        "/cacerts",
-        &[],
-        Vec::new(),
-    )
-    .await?;
-    if reply.status != 200 {
-        bail!(
-            "GET {url}/cacerts answered {}: is {url} a k3rs server?",
-            reply.status
-        );
-    }
-    let server_ca_pem = reply.body;
-    let actual = pki::ca_hash(server_ca_pem.as_bytes());
-    match &parsed.ca_hash {
-        Some(expected) if *expected != actual => {
-            return Err(JoinError::CaMismatch {
-                expected: expected.clone(),
-                actual,
-            }
-            .into());
-        }
-        Some(_) => tracing::info!(server = %url, "the server's CA matches the token"),
-        None => tracing::warn!(
+    let ca = match wire::fetch_ca(&server, parsed.ca_hash.as_deref()).await {
+        Ok(ca) => ca,
+        Err(e @ JoinError::Status { .. }) => bail!("{e}: is {url} a k3rs server?"),
+        Err(e) => return Err(e.into()),
+    };
+    if !ca.pinned {
+        tracing::warn!(
             server = %url,
             "the token has no K10<CA hash> part, so the server's CA is not pinned; \
              use the full token from /var/lib/k3rs/server/token"
-        ),
+        );
     }
+    let (server_ca_pem, actual) = (ca.pem, ca.hash);
     let reply = wire::https_request(
         &server,
         wire::pinned_tls(&server_ca_pem)?,

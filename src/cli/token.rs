@@ -412,37 +412,15 @@ async fn rotate(
     };
     let parsed = crate::pki::parse_token(&token).context("invalid --token")?;
     let addr = join::server_addr(server)?;
-    let reply = join::https_request(
-        &addr,
-        join::insecure_tls()?,
-        http::Method::GET,
-        "/cacerts",
-        &[],
-        Vec::new(),
-    )
-    .await?;
-    if reply.status != 200 {
-        bail!(
-            "GET {server}/cacerts: {} {}",
-            reply.status,
-            reply.body.trim()
-        );
-    }
-    let actual = crate::pki::ca_hash(reply.body.as_bytes());
-    match &parsed.ca_hash {
-        Some(expected) if *expected != actual => bail!(
-            "the server's CA certificate does not match the hash in --token (it hashes to {actual})"
-        ),
-        Some(_) => {}
-        None => {
-            eprintln!("Warning: --token has no K10<CA hash> part: the server's CA is not pinned")
-        }
+    let ca = join::fetch_ca(&addr, parsed.ca_hash.as_deref()).await?;
+    if !ca.pinned {
+        eprintln!("Warning: --token has no K10<CA hash> part: the server's CA is not pinned");
     }
     let basic =
         base64::engine::general_purpose::STANDARD.encode(format!("server:{}", parsed.secret));
     let reply = join::https_request(
         &addr,
-        join::pinned_tls(&reply.body)?,
+        join::pinned_tls(&ca.pem)?,
         http::Method::PUT,
         "/v1-k3rs/token",
         &[
