@@ -8,10 +8,10 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
-use support::Server;
+use support::{Server, join_args, run_agent};
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
@@ -20,60 +20,6 @@ fn token(server: &Server) -> String {
         .expect("read node-token")
         .trim()
         .to_string()
-}
-
-/// Runs `k3rs agent` with `args` to completion (at most 60 s).
-fn agent(args: &[&str]) -> Output {
-    let mut child = Command::new(support::k3rs_bin())
-        .arg("agent")
-        .args(args)
-        .env_remove("K3RS_TOKEN")
-        .env_remove("K3RS_URL")
-        .env_remove("K3RS_DATA_DIR")
-        .env_remove("K3RS_NODE_NAME")
-        .env_remove("K3RS_CONFIG_FILE")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start k3rs agent");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "k3rs agent did not exit within 60 s:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The join-only arguments: server, token, data dir, node name, no runtime.
-fn join_args<'a>(
-    server_url: &'a str,
-    token: &'a str,
-    data: &'a str,
-    node: &'a str,
-) -> Vec<&'a str> {
-    vec![
-        "--server",
-        server_url,
-        "--token",
-        token,
-        "--data-dir",
-        data,
-        "--node-name",
-        node,
-        "--node-ip",
-        "127.0.0.1",
-        "--container-runtime-endpoint",
-        "unix:///nonexistent/k3rs-test/cri.sock",
-    ]
 }
 
 fn stderr(out: &Output) -> String {
@@ -142,7 +88,7 @@ fn wrong_ca_hash_is_refused_and_nothing_is_written() {
     let data = dir.path().join("agent-data");
     let data_s = data.to_str().expect("utf-8");
     let url = server.url();
-    let out = agent(&join_args(&url, &wrong, data_s, "worker-1"));
+    let out = run_agent(&join_args(&url, &wrong, data_s, "worker-1"));
     let err = stderr(&out);
     assert!(!out.status.success(), "{err}");
     assert!(
@@ -162,7 +108,7 @@ fn bad_token_secret_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("agent-data");
     let url = server.url();
-    let out = agent(&join_args(
+    let out = run_agent(&join_args(
         &url,
         &bad,
         data.to_str().expect("utf-8"),
@@ -192,7 +138,7 @@ fn agent_gets_stores_and_reuses_its_certificates() {
         args.extend(["--lb-server-port", lb_port.as_str()]);
         args
     };
-    let out = agent(&args("worker-1"));
+    let out = run_agent(&args("worker-1"));
     assert_joined_then_stopped_at_runtime(&out);
 
     let agent_dir = data.join("agent");
@@ -287,7 +233,7 @@ fn agent_gets_stores_and_reuses_its_certificates() {
             )
         })
         .collect();
-    let out = agent(&args("worker-1"));
+    let out = run_agent(&args("worker-1"));
     assert_joined_then_stopped_at_runtime(&out);
     for (f, (bytes, mtime)) in files.iter().zip(&before) {
         let p = agent_dir.join(f);
@@ -302,7 +248,7 @@ fn agent_gets_stores_and_reuses_its_certificates() {
     }
 
     // A new node name gets new certificates.
-    let out = agent(&args("worker-renamed"));
+    let out = run_agent(&args("worker-renamed"));
     assert_joined_then_stopped_at_runtime(&out);
     let (cn, _, _, _) = cert(&agent_dir.join("client-kubelet.crt"));
     assert_eq!(cn, "system:node:worker-renamed");
@@ -315,7 +261,7 @@ fn second_machine_with_the_same_node_name_is_refused() {
     let url = server.url();
     let first = tempfile::tempdir().expect("tempdir");
     let first_data: PathBuf = first.path().join("data");
-    let out = agent(&join_args(
+    let out = run_agent(&join_args(
         &url,
         &token,
         first_data.to_str().expect("utf-8"),
@@ -325,7 +271,7 @@ fn second_machine_with_the_same_node_name_is_refused() {
 
     let second = tempfile::tempdir().expect("tempdir");
     let second_data = second.path().join("data");
-    let out = agent(&join_args(
+    let out = run_agent(&join_args(
         &url,
         &token,
         second_data.to_str().expect("utf-8"),
@@ -340,7 +286,7 @@ fn second_machine_with_the_same_node_name_is_refused() {
     );
     assert!(!second_data.join("agent/client-kubelet.crt").exists());
     // The first machine still joins.
-    let out = agent(&join_args(
+    let out = run_agent(&join_args(
         &url,
         &token,
         first_data.to_str().expect("utf-8"),
@@ -351,11 +297,11 @@ fn second_machine_with_the_same_node_name_is_refused() {
 
 #[test]
 fn command_line_errors_exit_2_naming_the_flag() {
-    let out = agent(&["--no-such-flag"]);
+    let out = run_agent(&["--no-such-flag"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--no-such-flag"), "{}", stderr(&out));
 
-    let out = agent(&["--token", "x", "--config", "/dev/null"]);
+    let out = run_agent(&["--token", "x", "--config", "/dev/null"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("--server is required"),
@@ -363,7 +309,7 @@ fn command_line_errors_exit_2_naming_the_flag() {
         stderr(&out)
     );
 
-    let out = agent(&[
+    let out = run_agent(&[
         "--server",
         "https://127.0.0.1:6443",
         "--config",
@@ -376,7 +322,7 @@ fn command_line_errors_exit_2_naming_the_flag() {
         stderr(&out)
     );
 
-    let out = agent(&["-s", "http://127.0.0.1:6443", "-t", "x", "-c", "/dev/null"]);
+    let out = run_agent(&["-s", "http://127.0.0.1:6443", "-t", "x", "-c", "/dev/null"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("for --server: the server URL must start with https://"),
@@ -384,7 +330,7 @@ fn command_line_errors_exit_2_naming_the_flag() {
         stderr(&out)
     );
 
-    let out = agent(&[
+    let out = run_agent(&[
         "-s",
         "https://127.0.0.1:6443",
         "-t",
@@ -420,7 +366,7 @@ fn config_file_keys_work() {
         ),
     )
     .expect("write config");
-    let out = agent(&["--config", config.to_str().expect("utf-8")]);
+    let out = run_agent(&["--config", config.to_str().expect("utf-8")]);
     assert_joined_then_stopped_at_runtime(&out);
     let (cn, _, _, _) = cert(&data.join("agent/client-kubelet.crt"));
     assert_eq!(cn, "system:node:from-file");
@@ -430,7 +376,7 @@ fn config_file_keys_work() {
         "server: https://127.0.0.1:1\ntoken: x\nwrite-kubeconfig: /tmp/x\n",
     )
     .expect("write config");
-    let out = agent(&["--config", config.to_str().expect("utf-8")]);
+    let out = run_agent(&["--config", config.to_str().expect("utf-8")]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("unknown key \"write-kubeconfig\"")
@@ -505,7 +451,7 @@ fn agent_token_joins_agents_only_and_agents_hold_no_admin_credential() {
 
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("agent-data");
-    let out = agent(&join_args(
+    let out = run_agent(&join_args(
         &url,
         &agent_token,
         data.to_str().expect("utf-8"),
@@ -558,7 +504,7 @@ fn agent_token_joins_agents_only_and_agents_hold_no_admin_credential() {
 
     // A bare token joins too, with a warning that the CA is not pinned.
     let bare_data = dir.path().join("bare");
-    let out = agent(&join_args(
+    let out = run_agent(&join_args(
         &url,
         "agent-s3cret",
         bare_data.to_str().expect("utf-8"),
@@ -616,7 +562,7 @@ fn bootstrap_tokens_join_agents_until_deleted_or_expired() {
     let dir = tempfile::tempdir().expect("tempdir");
     let joined = dir.path().join("joined");
     let joined_s = joined.to_str().expect("utf-8");
-    let out = agent(&join_args(&url, &full, joined_s, "worker-1"));
+    let out = run_agent(&join_args(&url, &full, joined_s, "worker-1"));
     assert_joined_then_stopped_at_runtime(&out);
 
     // Attack: a bootstrap token joins agents, not servers, and is no API credential.
@@ -637,7 +583,7 @@ fn bootstrap_tokens_join_agents_until_deleted_or_expired() {
     let out = k3rs_token(&server, &["delete", id]);
     assert!(out.status.success(), "{}", stderr(&out));
     let fresh = dir.path().join("fresh");
-    let out = agent(&join_args(
+    let out = run_agent(&join_args(
         &url,
         &full,
         fresh.to_str().expect("utf-8"),
@@ -650,7 +596,7 @@ fn bootstrap_tokens_join_agents_until_deleted_or_expired() {
     );
     assert!(!fresh.join("agent/client-kubelet.crt").exists());
     // The agent that joined with it restarts with its own credentials.
-    let out = agent(&join_args(&url, &full, joined_s, "worker-1"));
+    let out = run_agent(&join_args(&url, &full, joined_s, "worker-1"));
     assert_joined_then_stopped_at_runtime(&out);
 
     // Attack: an expired bootstrap token cannot join.
@@ -658,7 +604,7 @@ fn bootstrap_tokens_join_agents_until_deleted_or_expired() {
     assert!(out.status.success(), "{}", stderr(&out));
     let short = String::from_utf8_lossy(&out.stdout).trim().to_string();
     std::thread::sleep(Duration::from_millis(2100));
-    let out = agent(&join_args(
+    let out = run_agent(&join_args(
         &url,
         &short,
         fresh.to_str().expect("utf-8"),
@@ -687,7 +633,7 @@ fn rotated_server_token_refuses_the_old_one_and_agents_keep_working() {
     let dir = tempfile::tempdir().expect("tempdir");
     let joined = dir.path().join("joined");
     let joined_s = joined.to_str().expect("utf-8");
-    let out = agent(&join_args(&url, &old, joined_s, "worker-1"));
+    let out = run_agent(&join_args(&url, &old, joined_s, "worker-1"));
     assert_joined_then_stopped_at_runtime(&out);
 
     let server_data = server.dir.path().join("data");
@@ -721,7 +667,7 @@ fn rotated_server_token_refuses_the_old_one_and_agents_keep_working() {
 
     // Attack: the old token no longer joins anything.
     let fresh = dir.path().join("fresh");
-    let out = agent(&join_args(
+    let out = run_agent(&join_args(
         &url,
         &old,
         fresh.to_str().expect("utf-8"),
@@ -754,7 +700,7 @@ fn rotated_server_token_refuses_the_old_one_and_agents_keep_working() {
 
     // The new token joins; the agent joined with the old one keeps its credentials (they
     // still authenticate) and restarts with them.
-    let out = agent(&join_args(
+    let out = run_agent(&join_args(
         &url,
         &new,
         fresh.to_str().expect("utf-8"),
@@ -763,6 +709,6 @@ fn rotated_server_token_refuses_the_old_one_and_agents_keep_working() {
     assert_joined_then_stopped_at_runtime(&out);
     let out = as_agent(&joined.join("agent"), &url, "/api/v1/nodes");
     assert!(out.status.success(), "{}", stderr(&out));
-    let out = agent(&join_args(&url, &old, joined_s, "worker-1"));
+    let out = run_agent(&join_args(&url, &old, joined_s, "worker-1"));
     assert_joined_then_stopped_at_runtime(&out);
 }

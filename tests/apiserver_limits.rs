@@ -10,12 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::Value;
 use support::Server;
+use support::slowloris::{self, Tls};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
 
 /// A TLS client for `server` with the admin's certificate (`system:masters`).
 fn admin_tls(server: &Server) -> Arc<rustls::ClientConfig> {
@@ -52,13 +51,7 @@ fn tls_client(server: &Server, as_admin: bool) -> Arc<rustls::ClientConfig> {
 }
 
 async fn connect(server: &Server, tls: &Arc<rustls::ClientConfig>) -> Tls {
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
-        .await
-        .expect("connect to the API server");
-    tokio_rustls::TlsConnector::from(tls.clone())
-        .connect(ServerName::try_from("127.0.0.1").expect("name"), tcp)
-        .await
-        .expect("TLS handshake with the API server")
+    slowloris::connect(server.port, tls).await
 }
 
 /// Sends one HTTP/1.1 request (`Connection: close`) and reads the whole answer: status,
@@ -114,16 +107,8 @@ async fn slowloris_connections_do_not_starve_kubectl() {
     let server = Server::start_with(&["--disable-controller-manager"]);
     let tls = admin_tls(&server);
     // 500 connections past the TLS handshake, each with a request whose headers never end.
-    let mut held = Vec::new();
-    for i in 0..500 {
-        let mut conn = connect(&server, &tls).await;
-        let partial = format!("GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow-{i}: ");
-        conn.write_all(partial.as_bytes())
-            .await
-            .expect("partial header");
-        conn.flush().await.expect("flush");
-        held.push(conn);
-    }
+    let mut held =
+        slowloris::hold_unfinished_requests(server.port, &tls, "/api/v1/pods", 500).await;
     // And 200 plain TCP connections that never start the TLS handshake.
     let mut raw = Vec::new();
     for _ in 0..200 {
@@ -142,18 +127,7 @@ async fn slowloris_connections_do_not_starve_kubectl() {
         );
     }
     // The header read timeout (kube's 32 s) ends the stalled requests.
-    let mut first = held.swap_remove(0);
-    let mut buf = [0u8; 64];
-    let ended = tokio::time::timeout(Duration::from_secs(45), first.read(&mut buf)).await;
-    assert!(
-        matches!(ended, Ok(Ok(0)) | Ok(Err(_))),
-        "a connection with unfinished headers was still open after {:?}",
-        opened.elapsed()
-    );
-    assert!(
-        opened.elapsed() >= Duration::from_secs(20),
-        "closed too early"
-    );
+    slowloris::assert_closed_by_header_timeout(&mut held, opened).await;
     drop(raw);
 }
 

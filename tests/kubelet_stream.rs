@@ -22,8 +22,9 @@ use k3rs::streaming::{spdy, websocket};
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::Digest;
+use support::slowloris::{self, Tls};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const BUSYBOX: &str = "k3rs.test/stream-busybox:1";
@@ -477,16 +478,8 @@ fn client_tls(pki: &Pki, identity: Option<&IssuedCert>) -> Arc<rustls::ClientCon
     Arc::new(config)
 }
 
-type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
-
 async fn connect(port: u16, tls: &Arc<rustls::ClientConfig>) -> Tls {
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect to the kubelet");
-    tokio_rustls::TlsConnector::from(tls.clone())
-        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
-        .await
-        .expect("TLS to the kubelet")
+    slowloris::connect(port, tls).await
 }
 
 /// Sends a request with `headers`, returns (status, headers text, stream positioned after the head).
@@ -1498,14 +1491,7 @@ async fn kubelet_server_survives_a_slowloris() {
         }
     });
     let anonymous = client_tls(&pki, None);
-    let mut held = Vec::new();
-    for i in 0..300 {
-        let mut conn = connect(port, &anonymous).await;
-        let partial = format!("GET /pods HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow-{i}: ");
-        conn.write_all(partial.as_bytes()).await.unwrap();
-        conn.flush().await.unwrap();
-        held.push(conn);
-    }
+    let mut held = slowloris::hold_unfinished_requests(port, &anonymous, "/pods", 300).await;
     let opened = Instant::now();
     let apiserver = client_tls(&pki, Some(&pki.apiserver));
     for _ in 0..3 {
@@ -1518,17 +1504,5 @@ async fn kubelet_server_survives_a_slowloris() {
             started.elapsed()
         );
     }
-    let mut first = held.swap_remove(0);
-    let mut buf = [0u8; 64];
-    let ended = tokio::time::timeout(Duration::from_secs(45), first.read(&mut buf)).await;
-    assert!(
-        matches!(ended, Ok(Ok(0)) | Ok(Err(_))),
-        "a connection with unfinished headers was still open after {:?}",
-        opened.elapsed()
-    );
-    assert!(
-        opened.elapsed() >= Duration::from_secs(20),
-        "closed too early: {:?}",
-        opened.elapsed()
-    );
+    slowloris::assert_closed_by_header_timeout(&mut held, opened).await;
 }

@@ -454,7 +454,7 @@ async fn all_nodes_down_means_no_evictions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ipam_gives_distinct_cidrs_reports_exhaustion_and_reuses_released_ones() {
     // A /22 holds four /24s.
-    let mut server = Server::start_with(&["--cluster-cidr", "10.42.0.0/22"]);
+    let server = Server::start_with(&["--cluster-cidr", "10.42.0.0/22"]);
     let client = server.client().await;
     let nodes: Api<Node> = Api::all(client.clone());
     let cidr_of = |nodes: Api<Node>, name: &'static str| async move {
@@ -500,10 +500,7 @@ async fn ipam_gives_distinct_cidrs_reports_exhaustion_and_reuses_released_ones()
 
     // Restart: the allocation map is rebuilt from the nodes, so the last free /24 is
     // the only one a new node can get.
-    server.stop();
-    let dir = std::mem::replace(&mut server.dir, tempfile::tempdir().expect("tempdir"));
-    drop(server);
-    let server = Server::start_in(dir, &["--cluster-cidr", "10.42.0.0/22"]);
+    let server = server.restart(&["--cluster-cidr", "10.42.0.0/22"]);
     let client = server.client().await;
     let nodes: Api<Node> = Api::all(client.clone());
     fake_node(&client, "n3").await;

@@ -481,7 +481,9 @@ impl Cluster {
             .open(dir.join("agent.log"))
             .expect("agent log");
         let started = Instant::now();
-        let child = Command::new("nsenter")
+        let mut command = Command::new("nsenter");
+        super::without_agent_env(&mut command);
+        let child = command
             .arg(format!("--net=/run/netns/{netns}"))
             .arg("--")
             .arg(k3rs_bin())
@@ -505,11 +507,6 @@ impl Cluster {
             .env("K3RS_KUBELET_PORT", "10250")
             .env("RUST_LOG", "info,k3rs::network=debug")
             .envs(self.spec.agent_env.iter().map(|(k, v)| (k, v)))
-            .env_remove("K3RS_TOKEN")
-            .env_remove("K3RS_URL")
-            .env_remove("K3RS_DATA_DIR")
-            .env_remove("K3RS_NODE_NAME")
-            .env_remove("K3RS_CONFIG_FILE")
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()

@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod images;
 pub mod runtime;
+pub mod slowloris;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -205,6 +206,19 @@ impl Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Stops the server and hands back its directory (data dir, kubeconfig, log), for
+    /// offline commands on the data dir and `Server::start_in`.
+    pub fn stop_keeping_dir(mut self) -> tempfile::TempDir {
+        self.stop();
+        std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir"))
+    }
+
+    /// Stops the server and starts it again on the same data dir with `extra` arguments
+    /// (on another port).
+    pub fn restart(self, extra: &[&str]) -> Server {
+        Server::start_in(self.stop_keeping_dir(), extra)
+    }
 }
 
 /// Runs the `kubectl` on PATH with `args` against the server of `kubeconfig`.
@@ -293,12 +307,10 @@ pub async fn client_as(server: &Server, user: &str) -> kube::Client {
 /// the API's validation (as an older version or a restored snapshot could have left
 /// them); returns its data directory for `Server::start_in`.
 pub async fn stop_and_write_past_validation(
-    mut server: Server,
+    server: Server,
     objects: &[(String, serde_json::Value)],
 ) -> tempfile::TempDir {
-    let dir = std::mem::replace(&mut server.dir, tempfile::tempdir().expect("tempdir"));
-    server.stop();
-    drop(server);
+    let dir = server.stop_keeping_dir();
     let store = k3rs::store::Store::open(k3rs::store::StoreConfig::new(
         dir.path().join("data/server/db"),
     ))
@@ -356,4 +368,63 @@ pub fn kubectls() -> Vec<PathBuf> {
         dir.display()
     );
     found
+}
+
+/// Removes the environment variables `k3rs agent` reads its flags from (`K3RS_TOKEN`,
+/// `K3RS_URL`, …), so a test's agent sees only the arguments it is given.
+pub fn without_agent_env(command: &mut Command) -> &mut Command {
+    command
+        .env_remove("K3RS_TOKEN")
+        .env_remove("K3RS_URL")
+        .env_remove("K3RS_DATA_DIR")
+        .env_remove("K3RS_NODE_NAME")
+        .env_remove("K3RS_CONFIG_FILE")
+}
+
+/// Runs `k3rs agent` with `args` to completion (at most 60 s).
+pub fn run_agent(args: &[&str]) -> Output {
+    let mut child = without_agent_env(Command::new(k3rs_bin()).arg("agent").args(args))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start k3rs agent");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "k3rs agent did not exit within 60 s:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `k3rs agent`'s join-only arguments: server, token, data dir, node name, 127.0.0.1, and a
+/// container runtime socket that does not exist (the agent stops after joining).
+pub fn join_args<'a>(
+    server_url: &'a str,
+    token: &'a str,
+    data: &'a str,
+    node: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        "--server",
+        server_url,
+        "--token",
+        token,
+        "--data-dir",
+        data,
+        "--node-name",
+        node,
+        "--node-ip",
+        "127.0.0.1",
+        "--container-runtime-endpoint",
+        "unix:///nonexistent/k3rs-test/cri.sock",
+    ]
 }
