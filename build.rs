@@ -8,7 +8,7 @@
 //! them gzip-compressed:
 //!
 //! - `$OUT_DIR/k8s_schemas.json.gz`: every definition reachable from the kinds in
-//!   `src/apiserver/openapi/schema_roots.rs` and the meta types, as OpenAPI 3 schemas
+//!   `src/apiserver/http/openapi/schema_roots.rs` and the meta types, as OpenAPI 3 schemas
 //!   (name → schema, `$ref`s to `#/components/schemas/<name>`);
 //! - `$OUT_DIR/builtin_kinds.rs`: the table of those kinds (group, version, kind,
 //!   definition name), included by `openapi::kinds`.
@@ -41,11 +41,11 @@ macro_rules! schema_roots {
     };
 }
 
-include!("src/apiserver/openapi/schema_roots.rs");
+include!("src/apiserver/http/openapi/schema_roots.rs");
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
-    println!("cargo::rerun-if-changed=src/apiserver/openapi/schema_roots.rs");
+    println!("cargo::rerun-if-changed=src/apiserver/http/openapi/schema_roots.rs");
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
 
     let mut generator = SchemaSettings::openapi3().into_generator();

@@ -11,8 +11,8 @@
 
 use serde_json::Value;
 
-use crate::apiserver::objects::{self, FieldValidation};
-use crate::apiserver::registry::Registry;
+use crate::apiserver::storage::objects::{self, FieldValidation};
+use crate::apiserver::storage::registry::Registry;
 
 /// Splits `data` at the first NUL byte: two inputs from one (document and patch, …).
 fn split2(data: &[u8]) -> (&[u8], &[u8]) {
@@ -102,20 +102,20 @@ pub fn object_decode(data: &[u8]) {
     }
     objects::apply_defaults(info, &mut value);
     objects::admission_defaults(info, &mut value);
-    let _ = crate::apiserver::validation::validate(info, &value, None);
+    let _ = crate::apiserver::admission::validation::validate(info, &value, None);
     // An update of the object onto itself, prepared as the update handler prepares one.
     let mut updated = value.clone();
     if info.group.is_empty() && info.kind == "Service" {
-        crate::apiserver::validation::prepare_service_update(&value, &mut updated);
+        crate::apiserver::admission::validation::prepare_service_update(&value, &mut updated);
     }
-    let _ = crate::apiserver::validation::validate(info, &updated, Some(&value));
+    let _ = crate::apiserver::admission::validation::validate(info, &updated, Some(&value));
 }
 
 /// RFC 6902 JSON patch: `document NUL patch`.
 pub fn patch_json(data: &[u8]) {
     let (doc, patch) = split2(data);
     if let (Some(doc), Some(patch)) = (json(doc), json(patch)) {
-        let _ = crate::apiserver::patch::apply_json_patch(&doc, &patch);
+        let _ = crate::apiserver::storage::patch::apply_json_patch(&doc, &patch);
     }
 }
 
@@ -123,9 +123,9 @@ pub fn patch_json(data: &[u8]) {
 pub fn patch_merge(data: &[u8]) {
     let (doc, patch) = split2(data);
     if let (Some(doc), Some(patch)) = (json(doc), json(patch))
-        && crate::apiserver::patch::validate_merge_patch(&patch).is_ok()
+        && crate::apiserver::storage::patch::validate_merge_patch(&patch).is_ok()
     {
-        let _ = crate::apiserver::patch::apply_merge_patch(&doc, &patch);
+        let _ = crate::apiserver::storage::patch::apply_merge_patch(&doc, &patch);
     }
 }
 
@@ -144,12 +144,12 @@ pub fn patch_strategic(data: &[u8]) {
         ("batch", "Job"),
     ];
     let (group, kind) = kinds[usize::from(*pick) % kinds.len()];
-    let Some(schema) = crate::apiserver::patch::builtin_schema(group, kind) else {
+    let Some(schema) = crate::apiserver::storage::patch::builtin_schema(group, kind) else {
         return;
     };
     let (doc, patch) = split2(rest);
     if let (Some(doc), Some(patch)) = (json(doc), json(patch)) {
-        let _ = crate::apiserver::patch::apply_strategic_merge_patch(&doc, &patch, schema);
+        let _ = crate::apiserver::storage::patch::apply_strategic_merge_patch(&doc, &patch, schema);
     }
 }
 
@@ -167,9 +167,9 @@ pub fn server_side_apply(data: &[u8]) {
     let Some(info) = registry.find("apps", "v1", "deployments") else {
         return;
     };
-    let keys = crate::apiserver::apply::keys_for(&info);
+    let keys = crate::apiserver::storage::apply::keys_for(&info);
     let live = json(live);
-    let _ = crate::apiserver::managed_fields::apply(
+    let _ = crate::apiserver::storage::managed_fields::apply(
         live.as_ref().filter(|v| v.is_object()),
         &applied,
         "fuzz",
@@ -188,16 +188,17 @@ pub fn selectors(data: &[u8]) {
     let object = serde_json::json!({"metadata": {"name": "a", "namespace": "b",
         "labels": {"app": "web", "tier": "1"}}, "spec": {"nodeName": "n"},
         "status": {"phase": "Running"}});
-    if let Ok(selector) = crate::apiserver::selectors::LabelSelector::parse(text) {
+    if let Ok(selector) = crate::apiserver::storage::selectors::LabelSelector::parse(text) {
         let _ = selector.matches_json(
             object
                 .pointer("/metadata/labels")
                 .and_then(Value::as_object),
         );
     }
-    if let Ok(selector) = crate::apiserver::selectors::FieldSelector::parse(text) {
-        let _ = selector.matches(|f| crate::apiserver::selectors::field_value("pods", &object, f));
-        let _ = crate::apiserver::selectors::check_supported("pods", &selector);
+    if let Ok(selector) = crate::apiserver::storage::selectors::FieldSelector::parse(text) {
+        let _ = selector
+            .matches(|f| crate::apiserver::storage::selectors::field_value("pods", &object, f));
+        let _ = crate::apiserver::storage::selectors::check_supported("pods", &selector);
     }
 }
 
@@ -209,7 +210,7 @@ pub fn jsonpath(data: &[u8]) {
         return;
     };
     let doc = json(doc).unwrap_or_else(|| serde_json::json!({"a": [1, {"b": "c"}]}));
-    if let Ok(path) = crate::apiserver::table::jsonpath::parse(expr) {
+    if let Ok(path) = crate::apiserver::http::table::jsonpath::parse(expr) {
         let _ = path.find(&doc);
     }
 }
@@ -337,7 +338,7 @@ pub fn snapshot_reader(data: &[u8]) {
     };
     let path = dir.join("snapshot.db");
     if std::fs::write(&path, data).is_ok() {
-        let _ = crate::apiserver::snapshots::restore::verify(&path, "a fuzz input");
+        let _ = crate::apiserver::cluster::snapshots::restore::verify(&path, "a fuzz input");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

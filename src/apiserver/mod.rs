@@ -8,45 +8,10 @@
 //! May not touch: the scheduler, controllers, kubelet or proxy — they are clients.
 
 pub mod admission;
-pub mod apply;
-pub mod audit;
-pub mod authn;
-pub mod authz;
-pub mod bootstrap_copy;
-pub mod crd;
-pub mod discovery;
-pub mod encryption;
-pub mod encryption_admin;
-pub mod events_view;
-pub mod handlers;
-pub mod join_tokens;
-pub mod kv;
-pub mod limits;
-pub mod local_client;
-pub mod managed_fields;
-pub mod master_endpoints;
-pub mod member_node;
-pub mod metrics;
-pub mod node_join;
-pub mod node_proxy;
-pub mod objects;
-pub mod openapi;
-pub mod patch;
-pub mod pod_security;
-pub mod protobuf;
-pub mod registry;
-pub mod request;
-pub mod sa_token;
-pub mod schema;
-pub mod selectors;
-pub mod server_join;
-pub mod snapshots;
-pub mod status;
-pub mod subresources;
-pub mod table;
-pub mod tls;
-pub mod validation;
-pub mod watchcache;
+pub mod auth;
+pub mod cluster;
+pub mod http;
+pub mod storage;
 
 use std::net::{IpAddr, SocketAddr};
 use std::ops::RangeInclusive;
@@ -62,6 +27,17 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
+use self::admission::pod_security;
+use self::auth::{audit, authn, authz, join_tokens, sa_token};
+use self::cluster::{
+    bootstrap_copy, encryption_admin, master_endpoints, member_node, node_join, server_join,
+    snapshots,
+};
+use self::http::{
+    discovery, events_view, handlers, limits, local_client, metrics, node_proxy, openapi, request,
+    status, tls,
+};
+use self::storage::{crd, encryption, kv, registry, watchcache};
 use crate::cli::Cidr;
 use crate::store::{Store, StoreConfig};
 use authn::Identity;

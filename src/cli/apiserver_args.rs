@@ -14,8 +14,9 @@
 use std::time::Duration;
 
 use super::controller_manager::parse_go_duration;
-use crate::apiserver::limits::ServingLimits;
-use crate::apiserver::{admission, audit};
+use crate::apiserver::admission;
+use crate::apiserver::auth::audit;
+use crate::apiserver::http::limits::ServingLimits;
 
 /// The kube-apiserver flags k3rs honours, with a one-line description each.
 pub const SUPPORTED: &[(&str, &str)] = &[

@@ -269,7 +269,7 @@ pub fn rotate(data_dir: &Path, services: &[String], now: i64) -> anyhow::Result<
             report.push(format!("Removed {}", path.display()));
         }
         if touches_sa {
-            let kept = crate::apiserver::sa_token::rotate_key_file(&sa_key)
+            let kept = crate::apiserver::auth::sa_token::rotate_key_file(&sa_key)
                 .context("rotating the service-account key")?;
             report.push(format!(
                 "Wrote a new service-account signing key to {} ({kept} previous public key(s) \

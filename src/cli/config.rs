@@ -93,14 +93,14 @@ pub struct ServerConfig {
     pub service_node_port_range: RangeInclusive<u16>,
     /// `--pod-security-admission-config-file`, read and parsed; kube's defaults (everything
     /// privileged, nothing exempt) without it.
-    pub pod_security: crate::apiserver::pod_security::Config,
+    pub pod_security: crate::apiserver::admission::pod_security::Config,
     /// The controller-manager's tunables: `--cluster-cidr` and
     /// `--kube-controller-manager-arg`.
     pub controllers: crate::controllers::Config,
     /// The API server's limits: `--kube-apiserver-arg`.
-    pub apiserver_limits: crate::apiserver::limits::ServingLimits,
+    pub apiserver_limits: crate::apiserver::http::limits::ServingLimits,
     /// The audit log (`--kube-apiserver-arg audit-*`; the policy file read and parsed).
-    pub audit: crate::apiserver::audit::Settings,
+    pub audit: crate::apiserver::auth::audit::Settings,
     /// The `--kube-apiserver-arg` items k3rs does not implement (logged at start).
     pub ignored_apiserver_args: Vec<String>,
     /// Optional admission plugins and the TokenRequest cap (`--kube-apiserver-arg`).
@@ -739,7 +739,7 @@ fn resolve(
     let pod_security = match s.one("pod-security-admission-config-file", parse_path)? {
         Some(path) => std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))
-            .and_then(|text| crate::apiserver::pod_security::Config::parse(&text))
+            .and_then(|text| crate::apiserver::admission::pod_security::Config::parse(&text))
             .map_err(|reason| {
                 let raw = s
                     .get("pod-security-admission-config-file")
@@ -747,7 +747,7 @@ fn resolve(
                     .unwrap_or_default();
                 s.invalid("pod-security-admission-config-file", &raw, reason)
             })?,
-        None => crate::apiserver::pod_security::Config::default(),
+        None => crate::apiserver::admission::pod_security::Config::default(),
     };
     let kcm_args = s.many("kube-controller-manager-arg", |v| Ok(v.to_string()))?;
     let controllers = super::controller_manager::parse_args(&kcm_args, cluster_cidr)

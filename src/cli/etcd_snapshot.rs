@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::config::{DEFAULT_DATA_DIR, DEFAULT_KUBECONFIG};
 use super::snapshot_args::{EtcdSnapshotArgs, EtcdSnapshotCommand, SnapshotCommonArgs};
 use super::snapshot_config::{default_snapshot_dir, s3_from_args, store_dir};
-use crate::apiserver::snapshots::{
+use crate::apiserver::cluster::snapshots::{
     self, DeleteRequest, PruneRequest, SaveRequest, SnapshotOptions, SnapshotRecord,
     SnapshotResult, restore,
 };

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
-use crate::apiserver::encryption;
-use crate::apiserver::encryption_admin::{self, Status};
+use crate::apiserver::cluster::encryption_admin::{self, Status};
+use crate::apiserver::storage::encryption;
 
 /// `k3rs secrets-encrypt`.
 #[derive(Debug, Args)]
@@ -217,9 +217,9 @@ mod tests {
     #[test]
     fn status_of_a_generated_config() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = crate::apiserver::encryption::default_config_path(dir.path());
+        let path = crate::apiserver::storage::encryption::default_config_path(dir.path());
         assert!(super::status(&path).expect("status").contains("Disabled"));
-        crate::apiserver::encryption::ensure_default_config(&path).expect("generate");
+        crate::apiserver::storage::encryption::ensure_default_config(&path).expect("generate");
         let out = super::status(&path).expect("status");
         assert!(
             out.starts_with("Encryption Status: Enabled\nCurrent Rotation Stage: start\n"),

@@ -175,8 +175,8 @@ pub fn prepare(config: &ServerConfig) -> anyhow::Result<Prepared> {
 /// `--secrets-encryption` k3s's generated file (created, mode 0600, when missing).
 fn encryption_config(
     config: &ServerConfig,
-) -> anyhow::Result<Option<std::sync::Arc<crate::apiserver::encryption::Transformer>>> {
-    use crate::apiserver::encryption;
+) -> anyhow::Result<Option<std::sync::Arc<crate::apiserver::storage::encryption::Transformer>>> {
+    use crate::apiserver::storage::encryption;
     let path = match (
         &config.encryption_provider_config,
         config.secrets_encryption,
@@ -265,7 +265,7 @@ pub fn run(config: ServerConfig, prepared: Prepared) -> anyhow::Result<()> {
 /// `--cluster-reset [--cluster-reset-restore-path=…]`: restores (or resets) the datastore
 /// offline, then exits telling the user to start the service normally.
 async fn cluster_reset(config: &ServerConfig, prepared: &Prepared) -> anyhow::Result<()> {
-    use crate::apiserver::snapshots::restore;
+    use crate::apiserver::cluster::snapshots::restore;
     let settings = &config.snapshots.settings;
     let token_secret = pki::parse_token(&prepared.token.token)
         .map(|t| t.secret)
@@ -321,11 +321,13 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         kubelet_client: prepared
             .pki
             .client(KUBE_APISERVER_KUBELET_CLIENT)
-            .map(|cert| crate::apiserver::node_proxy::KubeletClientConfig {
-                cert_pem: cert.cert_pem.clone(),
-                key_pem: cert.key_pem.clone(),
-                ca_pem: prepared.pki.server_ca().cert_pem().to_string(),
-            }),
+            .map(
+                |cert| crate::apiserver::http::node_proxy::KubeletClientConfig {
+                    cert_pem: cert.cert_pem.clone(),
+                    key_pem: cert.key_pem.clone(),
+                    ca_pem: prepared.pki.server_ca().cert_pem().to_string(),
+                },
+            ),
         node_signer: Some(std::sync::Arc::new(
             pki::NodeSigner::from_pki(&prepared.pki).context("preparing the node signer")?,
         )),
@@ -486,7 +488,7 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
         let password_path = crate::agent::join::node_password_path(&config.data_dir);
         let password = crate::agent::join::ensure_node_password(&password_path)
             .context("preparing this node's password")?;
-        match crate::apiserver::node_join::register_own_node(
+        match crate::apiserver::cluster::node_join::register_own_node(
             &server.state,
             &config.node_name,
             &password,
@@ -623,7 +625,7 @@ fn component_client(
         .with_context(|| format!("no client certificate {stem}"))?;
     let der = pki::inspect::pem_to_der(&issued.cert_pem)
         .map_err(|e| anyhow::anyhow!("reading the {stem} certificate: {e}"))?;
-    let identity = crate::apiserver::authn::from_certificate(&der)
+    let identity = crate::apiserver::auth::authn::from_certificate(&der)
         .with_context(|| format!("the {stem} certificate names no user"))?;
     Ok(server.local_client(identity, component))
 }

@@ -9,7 +9,7 @@
 //! addresses, which the store starts with.
 //!
 //! Owns the joining server's side of the protocol; the serving side is
-//! [`crate::apiserver::server_join`], and the files are written by [`crate::pki`].
+//! [`crate::apiserver::cluster::server_join`], and the files are written by [`crate::pki`].
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ use base64::Engine as _;
 
 use super::config::ServerConfig;
 use crate::agent::join::{self as wire, JoinError};
-use crate::apiserver::server_join::{
+use crate::apiserver::cluster::server_join::{
     BOOTSTRAP_PATH, BootstrapResponse, JoinRequest, JoinResponse, MEMBERS_PATH,
 };
 use crate::pki;

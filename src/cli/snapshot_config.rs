@@ -8,8 +8,8 @@ use std::path::Path;
 
 use super::config::{ConfigError, Settings, parse_path};
 use super::snapshot_args::S3Args;
-use crate::apiserver::snapshots::SnapshotSettings;
-use crate::apiserver::snapshots::s3::S3Config;
+use crate::apiserver::cluster::snapshots::SnapshotSettings;
+use crate::apiserver::cluster::snapshots::s3::S3Config;
 use crate::cron::Schedule;
 
 /// Default `--etcd-snapshot-schedule-cron`: 00:00 and 12:00.
