@@ -4,6 +4,7 @@
 //! boundaries. The rule that keeps this honest: only `apiserver` may use `store`
 //! (`tests/architecture.rs` checks it and the other boundaries on the source text).
 
+pub mod addons;
 pub mod agent;
 pub mod apiserver;
 pub mod cli;

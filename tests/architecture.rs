@@ -414,7 +414,8 @@ fn the_store_knows_nothing_of_kubernetes() {
 /// The components that are API clients and reach the API server only through a
 /// `kube::Client` they are given (the in-process one is built by `src/cli/server.rs` with
 /// `ApiServer::local_client`, so none of them needs the constructor).
-const API_CLIENTS: [&str; 6] = [
+const API_CLIENTS: [&str; 7] = [
+    "addons",
     "scheduler",
     "controllers",
     "kubelet",
