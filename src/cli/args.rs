@@ -314,9 +314,10 @@ pub struct ServerArgs {
     )]
     pub disable_scheduler: Option<bool>,
 
-    /// (components) Do not run a packaged component (repeatable, or comma-separated):
-    /// 'servicelb'; 'traefik', 'coredns', 'local-storage', 'metrics-server' and 'runtimes' are
-    /// accepted for k3s compatibility and ignored (k3rs does not ship them)
+    /// (components) Do not deploy packaged components and delete any deployed components
+    /// (repeatable, or comma-separated): 'servicelb', 'rolebindings'; 'traefik', 'coredns',
+    /// 'local-storage', 'metrics-server' and 'runtimes' are accepted for k3s compatibility
+    /// (k3rs does not ship them; a manifest of that name in the manifests folder is removed)
     #[arg(
         long,
         value_name = "COMPONENT",

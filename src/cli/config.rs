@@ -124,8 +124,12 @@ pub struct ServerConfig {
     pub node: super::node_config::NodeConfig,
 }
 
-/// What `--disable` accepts (k3s's list). Only `servicelb` is a k3rs component; the others
-/// name add-ons k3s deploys and k3rs does not ship, accepted so k3s configs keep working.
+/// What `--disable` accepts: k3s's list plus k3rs's packaged manifests
+/// (`crate::addons::packaged`). `servicelb` is the ServiceLB controller; every name also
+/// removes a manifest `<name>.yaml` (or folder `<name>/`) from `<data-dir>/server/manifests`
+/// with the objects it deployed, as in k3s. `traefik`, `coredns`, `local-storage`,
+/// `metrics-server` and `runtimes` name add-ons k3s ships and k3rs does not, accepted so k3s
+/// configs keep working.
 pub const DISABLE_COMPONENTS: &[&str] = &[
     "servicelb",
     "traefik",
@@ -133,6 +137,7 @@ pub const DISABLE_COMPONENTS: &[&str] = &[
     "local-storage",
     "metrics-server",
     "runtimes",
+    "rolebindings",
 ];
 
 impl ServerConfig {
@@ -1226,6 +1231,15 @@ mod tests {
         assert!(!c.servicelb_enabled() && c.node.disable_kube_proxy);
         let c = load_args(&["--disable-kube-proxy"], &no_file()).expect("valid");
         assert!(c.node.disable_kube_proxy);
+    }
+
+    #[test]
+    fn disable_accepts_every_packaged_manifest() {
+        for name in crate::addons::packaged::names() {
+            assert!(DISABLE_COMPONENTS.contains(&name), "{name}");
+            let c = load_args(&[&format!("--disable={name}")], &no_file()).expect("valid");
+            assert_eq!(c.disable, [name]);
+        }
     }
 
     #[test]

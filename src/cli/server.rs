@@ -423,11 +423,29 @@ async fn serve(config: ServerConfig, prepared: Prepared, notifier: Notifier) -> 
             },
         ));
     }
-    for component in config.disable.iter().filter(|c| *c != "servicelb") {
+    for component in config.disable.iter().filter(|c| {
+        *c != "servicelb" && !crate::addons::packaged::names().any(|name| name == c.as_str())
+    }) {
         tracing::info!(
             component = %component,
-            "--disable={component}: k3rs does not ship this k3s add-on; nothing to disable"
+            "--disable={component}: k3rs does not ship this k3s add-on (a manifest of that name is removed)"
         );
+    }
+    // Auto-deployed manifests: the packaged ones are written first, then the folder is
+    // applied and watched (k3s's deploy controller, with the supervisor's identity).
+    {
+        let addons = crate::addons::Config::for_data_dir(&config.data_dir, config.disable.clone());
+        if let Err(e) = crate::addons::stage(&addons) {
+            tracing::error!(
+                error = format!("{e:#}"),
+                "cannot write the packaged manifests"
+            );
+        }
+        let client = component_client(&prepared, &server, "client-supervisor", "deploy")
+            .context("building the deploy loop's client")?;
+        supervise("deploy", move || {
+            crate::addons::run(client.clone(), addons.clone())
+        });
     }
     if !config.disable_scheduler {
         let client = component_client(&prepared, &server, "client-scheduler", "kube-scheduler")
