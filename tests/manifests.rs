@@ -117,10 +117,12 @@ async fn manifests_are_applied_reapplied_skipped_and_reported() {
             .map(String::as_str),
         Some("hello")
     );
-    let deployment = deployments
-        .get("app")
-        .await
-        .expect("the Deployment is applied");
+    // Objects are applied one after the other: the Deployment may come a moment later.
+    let deployment = wait_for("the Deployment applied", Duration::from_secs(2), || {
+        let deployments = deployments.clone();
+        async move { deployments.get_opt("app").await.ok().flatten() }
+    })
+    .await;
     let managers: Vec<_> = deployment
         .metadata
         .managed_fields
